@@ -1,0 +1,1 @@
+"""Channel adapters (terminal, Telegram, Discord) and the `mnemo` command that wires them up."""

@@ -1,0 +1,94 @@
+"""`mnemo run`: every enabled channel and background service in one asyncio loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Awaitable
+
+from bots.runtime import Runtime
+from bots.terminal import TerminalChannel
+from core.events import Channel
+from core.extensions import Service
+
+logger = logging.getLogger(__name__)
+
+
+def enabled_channels(runtime: Runtime) -> list[Channel]:
+    """Channels to start: those enabled with their token set, and the terminal if wanted."""
+    config = runtime.config
+    channels: list[Channel] = []
+    if config.telegram.enabled and config.telegram.token:
+        from bots.telegram import TelegramChannel
+
+        channels.append(TelegramChannel(config.telegram, runtime.agent.command_list()))
+    if config.discord.enabled and config.discord.token:
+        from bots.discord_bot import DiscordChannel
+
+        channels.append(DiscordChannel(config.discord, runtime.agent.command_list()))
+    terminal = config.terminal.enabled
+    if terminal is None:
+        terminal = sys.stdin.isatty()
+    if terminal:
+        channels.append(TerminalChannel(config.terminal.chat_id))
+    return channels
+
+
+async def _guard(name: str, work: Awaitable[None]) -> None:
+    """Run a channel or service; a failure is reported and does not stop the others."""
+    try:
+        await work
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        logger.exception("%s stopped with an error; the other channels keep running", name)
+    else:
+        logger.info("%s finished", name)
+
+
+async def run_platform(
+    runtime: Runtime, channels: list[Channel], services: list[Service] | None = None
+) -> None:
+    """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly."""
+    services = services if services is not None else [
+        service for extension in runtime.agent.extensions for service in extension.services()
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    channel_tasks = [
+        asyncio.create_task(_guard(f"channel {c.name}", c.run(runtime.dispatcher)), name=c.name)
+        for c in channels
+    ]
+    service_tasks = [
+        asyncio.create_task(_guard(f"service {s.name}", s.run()), name=s.name) for s in services
+    ]
+    logger.info(
+        "running channels: %s; services: %s",
+        ", ".join(c.name for c in channels) or "none",
+        ", ".join(s.name for s in services) or "none",
+    )
+    stopper = asyncio.create_task(stop.wait())
+    waiting = {stopper, *channel_tasks} if channel_tasks else {stopper}
+    try:
+        while True:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            waiting -= done
+            if stopper in done or (channel_tasks and waiting == {stopper}):
+                break
+    finally:
+        logger.info("shutting down")
+        for task in [*channel_tasks, *service_tasks, stopper]:
+            task.cancel()
+        await asyncio.gather(*channel_tasks, *service_tasks, stopper, return_exceptions=True)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.remove_signal_handler(sig)
+            except (NotImplementedError, RuntimeError):
+                pass

@@ -1,0 +1,154 @@
+"""The `mnemo` command: chat, run, doctor, and the subcommands of memory and the reflector."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from bots.runtime import Runtime, build_runtime, configure_logging
+from core.config import Config, load_config, resolve_config_path
+from core.doctor import Check, llm_setup_hint
+from core.errors import LLMError, MnemoError
+
+
+class Context:
+    """What the root group passes to subcommands: the config path, loaded on demand."""
+
+    def __init__(self, config_path: Path | None) -> None:
+        self.config_path = config_path
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def runtime(self) -> Runtime:
+        return build_runtime(self.config)
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help="Config file (default: $MNEMO_CONFIG, else ./config.toml if present).")
+@click.option("--log-level", default=None,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.version_option(package_name="mnemo")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
+    """Mnemo: a chat-bot platform with long-term memory."""
+    context = Context(resolve_config_path(config_path))
+    ctx.obj = context
+    if ctx.invoked_subcommand in (None, "help"):
+        return
+    level = (log_level or "").upper() or None
+    try:
+        configure_logging(level or context.config.logging.level)
+    except MnemoError:
+        configure_logging(level or "WARNING")
+
+
+@cli.command()
+@click.option("--chat-id", default=None, help="Terminal chat id (default: [terminal] chat_id).")
+@pass_context
+def chat(context: Context, chat_id: str | None) -> None:
+    """Talk to the bot in this terminal (reads one message per line when piped)."""
+    from bots.app import run_platform
+    from bots.terminal import TerminalChannel
+
+    runtime = context.runtime()
+    channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
+    try:
+        asyncio.run(run_platform(runtime, [channel], services=[]))
+    finally:
+        runtime.close()
+
+
+@cli.command()
+@pass_context
+def run(context: Context) -> None:
+    """Start every enabled channel and the reflector scheduler."""
+    from bots.app import enabled_channels, run_platform
+
+    runtime = context.runtime()
+    try:
+        try:
+            asyncio.run(runtime.llm.ping())
+        except LLMError:
+            raise click.ClickException(llm_setup_hint(runtime.config.llm.base_url)) from None
+        channels = enabled_channels(runtime)
+        if not channels:
+            click.echo(
+                "No channel to run: set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN, or run "
+                "in a terminal ([terminal] enabled). Running background services only.",
+                err=True,
+            )
+        asyncio.run(run_platform(runtime, channels))
+    finally:
+        runtime.close()
+
+
+@cli.command()
+@pass_context
+def doctor(context: Context) -> None:
+    """Check config, database, sqlite-vec and the model endpoint; exit 1 if Mnemo cannot work."""
+    checks = asyncio.run(_doctor_checks(context))
+    for check in checks:
+        click.echo(check.line())
+    if any(not check.ok and check.fatal for check in checks):
+        sys.exit(1)
+
+
+async def _doctor_checks(context: Context) -> list[Check]:
+    try:
+        config = context.config
+    except MnemoError as exc:
+        return [Check("config", False, str(exc))]
+    source = str(context.config_path) if context.config_path else "built-in defaults"
+    checks = [Check("config", True, source)]
+    try:
+        runtime = build_runtime(config)
+    except MnemoError as exc:
+        return [*checks, Check("database", False, str(exc))]
+    try:
+        info = runtime.conn.info
+        checks.append(Check("database", True, f"{info.path} (SQLite {info.sqlite_version})"))
+        checks.append(
+            Check("sqlite-vec", True, f"loaded {info.vec_version}")
+            if info.vec_loaded
+            else Check("sqlite-vec", False, f"not loaded ({info.vec_error}); "
+                   "memory ranking uses keywords only", fatal=False)
+        )
+        try:
+            models = await runtime.llm.ping()
+            checks.append(Check("llm", True, f"{config.llm.base_url} answers ({models})"))
+        except LLMError:
+            checks.append(Check("llm", False, llm_setup_hint(config.llm.base_url)))
+        for extension in runtime.agent.extensions:
+            checks.extend(await extension.checks())
+    finally:
+        runtime.close()
+    return checks
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks (figures for the README; not tests)."""
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except MnemoError as exc:
+        click.echo(f"mnemo: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

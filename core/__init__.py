@@ -1,0 +1,1 @@
+"""Mnemo's shared core: config, storage, the turn loop, context and the LLM client."""

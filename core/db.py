@@ -1,0 +1,116 @@
+"""The one way to open Mnemo's SQLite database: WAL, foreign keys, busy timeout, sqlite-vec.
+
+SQLite comes from `pysqlite3` (a modern build that can load extensions) when it is
+installed, else from the standard library. Transactions are explicit: the connection
+is in autocommit mode and `transaction()` wraps a unit of work. Never `await` inside one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+try:  # pragma: no cover - which branch runs depends on the platform
+    from pysqlite3 import dbapi2 as sqlite3
+except ImportError:  # pragma: no cover
+    import sqlite3  # type: ignore[no-redef]
+
+from core.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+IntegrityError = sqlite3.IntegrityError
+OperationalError = sqlite3.OperationalError
+DatabaseError = sqlite3.DatabaseError
+
+_warned_no_vec = False
+
+
+@dataclass(frozen=True)
+class DatabaseInfo:
+    path: str
+    sqlite_version: str
+    vec_version: str | None
+    vec_error: str | None
+
+    @property
+    def vec_loaded(self) -> bool:
+        return self.vec_version is not None
+
+
+class Connection(sqlite3.Connection):  # type: ignore[misc]
+    """A SQLite connection that knows what `connect()` found (`.info`)."""
+
+    info: DatabaseInfo
+
+
+def _load_vec(conn: Connection) -> tuple[str | None, str | None]:
+    """Load sqlite-vec into `conn`; return (version, error)."""
+    global _warned_no_vec
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+        version = conn.execute("SELECT vec_version()").fetchone()[0]
+        return str(version), None
+    except Exception as exc:  # any failure means: carry on without vectors
+        if not _warned_no_vec:
+            logger.warning(
+                "sqlite-vec could not be loaded (%s); memory ranking falls back to keywords", exc
+            )
+            _warned_no_vec = True
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) -> Connection:
+    """Open (and by default migrate) the database at `path`.
+
+    The returned connection has `.info` (a `DatabaseInfo`) describing what loaded.
+    """
+    path = str(path)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        conn: Connection = sqlite3.connect(
+            path, isolation_level=None, check_same_thread=False, timeout=10, factory=Connection
+        )
+        conn.execute("PRAGMA busy_timeout = 10000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as exc:
+        raise StorageError(f"cannot open database {path}: {exc}") from exc
+    vec_version, vec_error = _load_vec(conn) if load_vec else (None, "disabled")
+    conn.info = DatabaseInfo(path, sqlite3.sqlite_version, vec_version, vec_error)
+    if migrate:
+        from migrations import migrate as apply_migrations
+
+        try:
+            apply_migrations(conn)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"migrating {path} failed: {exc}") from exc
+    return conn
+
+
+def vec_available(conn: Connection) -> bool:
+    """Whether sqlite-vec is loaded in this connection."""
+    return conn.info.vec_loaded
+
+
+@contextmanager
+def transaction(conn: Connection) -> Iterator[Connection]:
+    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Nested use joins the outer one."""
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

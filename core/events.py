@@ -1,0 +1,54 @@
+"""The messages that cross the boundary between channel adapters and the core."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+ChatKind = Literal["private", "group", "channel", "thread"]
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message from a platform, translated by its adapter.
+
+    `chat_id` is the platform's id of the conversation (for a forum topic or thread
+    the adapter encodes it, e.g. `"-100123:42"`). `respond` is False for messages the
+    core must store but not answer (a group message that does not address the bot).
+    """
+
+    channel: str
+    chat_id: str
+    text: str
+    sender_id: str = ""
+    sender_name: str = ""
+    chat_kind: ChatKind = "private"
+    chat_title: str = ""
+    respond: bool = True
+    message_id: str = ""
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """One reply for the adapter to deliver."""
+
+    channel: str
+    chat_id: str
+    text: str
+    reply_to: str = ""
+    is_error: bool = False
+    meta: dict[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Inbound], Awaitable[Outbound | None]]
+
+
+class Channel(Protocol):
+    """A channel adapter: runs until cancelled, feeding inbound messages to `handler`."""
+
+    name: str
+
+    async def run(self, handler: Handler) -> None: ...
+
+    async def send(self, message: Outbound) -> None: ...

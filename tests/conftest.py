@@ -1,0 +1,75 @@
+"""Shared fixtures: a fake OpenAI server on loopback, a config on tmp_path, a runtime."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bots.runtime import Runtime, build_runtime
+from core.config import Config, load_config
+from core.fake_openai import FakeOpenAIServer
+
+REPO = Path(__file__).resolve().parent.parent
+MNEMO = [sys.executable, "-m", "bots.cli"]
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+
+
+def make_config(data_dir: Path, base_url: str, **sections: dict[str, object]) -> Config:
+    """A Config for tests: data under `data_dir`, the model at `base_url`, no retries."""
+    config = load_config(None, env={})
+    config.storage.data_dir = data_dir
+    config.llm.base_url = base_url
+    config.llm.max_retries = 0
+    config.llm.timeout_s = 5
+    for section, values in sections.items():
+        for key, value in values.items():
+            setattr(getattr(config, section), key, value)
+    return config
+
+
+@pytest.fixture
+def config(tmp_path: Path, fake_llm: FakeOpenAIServer) -> Config:
+    return make_config(tmp_path / "data", fake_llm.base_url)
+
+
+@pytest.fixture
+def runtime(config: Config) -> Iterator[Runtime]:
+    rt = build_runtime(config)
+    yield rt
+    rt.close()
+
+
+def write_config(path: Path, base_url: str, data_dir: Path, extra: str = "") -> Path:
+    path.write_text(
+        f'[llm]\nbase_url = "{base_url}"\nmax_retries = 0\ntimeout_s = 5\n'
+        f'[storage]\ndata_dir = "{data_dir}"\n{extra}',
+        encoding="utf-8",
+    )
+    return path
+
+
+def run_mnemo(
+    args: list[str], config_path: Path, stdin: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `mnemo` CLI in a subprocess (a new process on the same data dir)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MNEMO_"))}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [*MNEMO, "--config", str(config_path), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=config_path.parent,
+    )
