@@ -142,6 +142,17 @@ def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
+def register_subcommands() -> None:
+    """Subcommands owned by other packages. Keep their imports light: `mnemo --help` stays fast."""
+    # memory (issue 3): cli.add_command(memory_group); bench.add_command(bench_locomo) …
+    # reflector (issue 4): cli.add_command(reflect); cli.add_command(reflector_worker) …
+    # context (issue 5): cli.add_command(inspect); bench.add_command(bench_prefix) …
+    # strategies (issue 7): cli.add_command(strategies_group)
+
+
+register_subcommands()
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)
