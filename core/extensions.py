@@ -72,6 +72,9 @@ class Extension:
     async def after_turn(self, turn: TurnContext) -> None:
         """Called after a turn's messages are stored."""
 
+    async def before_compaction(self, turn: TurnContext) -> None:
+        """Called before the chat's history is summarised (the reflector saves facts first)."""
+
     def services(self) -> list[Service]:
         """Background jobs that `mnemo run` starts."""
         return []
