@@ -48,6 +48,8 @@ def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> 
     if ctx.invoked_subcommand in (None, "help"):
         return
     level = (log_level or "").upper() or None
+    if level is None and ctx.invoked_subcommand == "chat":
+        level = "WARNING"  # keep the conversation readable; --log-level overrides
     try:
         configure_logging(level or context.config.logging.level)
     except MnemoError:
@@ -65,6 +67,10 @@ def chat(context: Context, chat_id: str | None) -> None:
     runtime = context.runtime()
     channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
     try:
+        try:
+            asyncio.run(runtime.llm.ping())
+        except LLMError:
+            click.echo(f"warning: {llm_setup_hint(runtime.config.llm.base_url)}", err=True)
         asyncio.run(run_platform(runtime, [channel], services=[]))
     finally:
         runtime.close()
