@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bots.runtime import Runtime, build_runtime, configure_logging
+from bots.terminal import TerminalChannel
 from core.config import Config, load_config, resolve_config_path
 from core.doctor import Check, llm_setup_hint
 from core.errors import LLMError, MnemoError
@@ -61,17 +62,10 @@ def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> 
 @pass_context
 def chat(context: Context, chat_id: str | None) -> None:
     """Talk to the bot in this terminal (reads one message per line when piped)."""
-    from bots.app import run_platform
-    from bots.terminal import TerminalChannel
-
     runtime = context.runtime()
     channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
     try:
-        try:
-            asyncio.run(runtime.llm.ping())
-        except LLMError:
-            click.echo(f"warning: {llm_setup_hint(runtime.config.llm.base_url)}", err=True)
-        asyncio.run(run_platform(runtime, [channel], services=[]))
+        asyncio.run(_chat(runtime, channel))
     finally:
         runtime.close()
 
@@ -80,24 +74,38 @@ def chat(context: Context, chat_id: str | None) -> None:
 @pass_context
 def run(context: Context) -> None:
     """Start every enabled channel and the reflector scheduler."""
-    from bots.app import enabled_channels, run_platform
-
     runtime = context.runtime()
     try:
-        try:
-            asyncio.run(runtime.llm.ping())
-        except LLMError:
-            raise click.ClickException(llm_setup_hint(runtime.config.llm.base_url)) from None
-        channels = enabled_channels(runtime)
-        if not channels:
-            click.echo(
-                "No channel to run: set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN, or run "
-                "in a terminal ([terminal] enabled). Running background services only.",
-                err=True,
-            )
-        asyncio.run(run_platform(runtime, channels))
+        asyncio.run(_run(runtime))
     finally:
         runtime.close()
+
+
+async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
+    from bots.app import run_platform
+
+    try:
+        await runtime.llm.ping()
+    except LLMError:
+        click.echo(f"warning: {llm_setup_hint(runtime.config.llm.base_url)}", err=True)
+    await run_platform(runtime, [channel], services=[])
+
+
+async def _run(runtime: Runtime) -> None:
+    from bots.app import enabled_channels, run_platform
+
+    try:
+        await runtime.llm.ping()
+    except LLMError:
+        raise click.ClickException(llm_setup_hint(runtime.config.llm.base_url)) from None
+    channels = enabled_channels(runtime)
+    if not channels:
+        click.echo(
+            "No channel to run: set TELEGRAM_BOT_TOKEN or DISCORD_BOT_TOKEN, or run "
+            "in a terminal ([terminal] enabled). Running background services only.",
+            err=True,
+        )
+    await run_platform(runtime, channels)
 
 
 @cli.command()
