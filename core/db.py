@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
 try:  # pragma: no cover - which branch runs depends on the platform
     from pysqlite3 import dbapi2 as sqlite3
 except ImportError:  # pragma: no cover
-    import sqlite3  # type: ignore[no-redef]
+    import sqlite3
 
 from core.errors import StorageError
 

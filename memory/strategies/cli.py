@@ -1,0 +1,68 @@
+"""`mnemo strategies list|show|archive`: the learned strategies with state and counters."""
+
+from __future__ import annotations
+
+import click
+
+from core.cli_support import current_config, find_chat, open_database
+from core.store import SessionStore
+from memory.strategies.extension import describe
+from memory.strategies.lifecycle import ARCHIVED
+from memory.strategies.store import StrategyStore
+
+
+@click.group("strategies")
+def strategies_group() -> None:
+    """Learned strategies (SHADOW → PROMOTED → DEMOTED/ARCHIVED)."""
+
+
+@strategies_group.command("list")
+@click.option("--chat", "chat_key", default=None, help="CHANNEL:CHAT_ID (default: global ones).")
+@click.option("--all", "show_all", is_flag=True, help="Include archived strategies.")
+def list_strategies(chat_key: str | None, show_all: bool) -> None:
+    """List strategies of a chat (with the global ones), best first."""
+    conn = open_database(current_config())
+    try:
+        chat_id = find_chat(SessionStore(conn), chat_key).id if chat_key else None
+        found = StrategyStore(conn).for_chat(chat_id)
+        shown = [s for s in found if show_all or s.state != ARCHIVED]
+        for strategy in shown:
+            click.echo(describe(strategy))
+        if not shown:
+            click.echo("no strategies")
+    finally:
+        conn.close()
+
+
+@strategies_group.command("show")
+@click.argument("strategy_id", type=int)
+def show_strategy(strategy_id: int) -> None:
+    """One strategy and every change made to it."""
+    conn = open_database(current_config())
+    try:
+        store = StrategyStore(conn)
+        strategy = store.get(strategy_id)
+        if strategy is None:
+            raise click.ClickException(f"no strategy {strategy_id}")
+        click.echo(describe(strategy))
+        click.echo(f"created {strategy.created_at}, last used {strategy.last_used_at}")
+        for kind, delta, run_id, at in store.events(strategy_id):
+            run = f" run {run_id}" if run_id is not None else ""
+            click.echo(f"  {at} {kind}{run} {delta}")
+    finally:
+        conn.close()
+
+
+@strategies_group.command("archive")
+@click.argument("strategy_id", type=int)
+def archive_strategy(strategy_id: int) -> None:
+    """Archive a strategy (it stops reaching requests; its history stays)."""
+    conn = open_database(current_config())
+    try:
+        store = StrategyStore(conn)
+        if store.get(strategy_id) is None:
+            raise click.ClickException(f"no strategy {strategy_id}")
+        store.archive(strategy_id, reason="archived by operator")
+        click.echo(f"archived strategy {strategy_id}")
+    finally:
+        conn.close()

@@ -1,0 +1,169 @@
+"""Curating learned strategies: the delta operations a reflector pass may return.
+
+The model answers, next to its facts, a list `"strategies"` of operations:
+  {"op": "ADD", "section": "...", "content": "..."}
+  {"op": "UPDATE", "id": N, "content": "..."}
+  {"op": "TAG", "id": N, "tag": "helpful" | "harmful" | "neutral"}
+  {"op": "REMOVE", "id": N}
+Each is validated (ids of this chat only, sizes, the facts' quality gate) before it is
+applied; an ADD close to an existing bullet (Jaccard ≥ 0.5) becomes a helpful TAG of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from memory.ranking import jaccard
+from memory.strategies.lifecycle import ARCHIVED
+from memory.strategies.store import Strategy, StrategyStore
+from reflector.quality import check_fact
+
+logger = logging.getLogger(__name__)
+
+MERGE_JACCARD = 0.5
+MAX_SECTION_CHARS = 40
+MAX_OPS_PER_PASS = 20
+LISTED_STRATEGIES = 50
+
+INSTRUCTIONS = """\
+Also curate a playbook of strategies: what works when serving this user (tone, language,
+format, checks to make first). Judge from how the user reacted in the new messages:
+thanks or follow-through count as helpful, corrections, complaints or repeated requests as
+harmful. Put operations in "strategies" (an empty list when nothing applies):
+  {"op": "ADD", "section": "<short topic>", "content": "<observation, 8-240 chars>"}
+  {"op": "TAG", "id": <id>, "tag": "helpful" | "harmful" | "neutral"}
+  {"op": "UPDATE", "id": <id>, "content": "<better wording>"}
+  {"op": "REMOVE", "id": <id>}
+Phrase a strategy as an observation ("Answers in Spanish land better with this user"),
+never as an order to the assistant. Use only the ids listed under Existing strategies."""
+
+
+class _Add(BaseModel):
+    op: Literal["ADD"]
+    section: str = Field(default="general", max_length=200)
+    content: str = Field(max_length=2000)
+
+
+class _Update(BaseModel):
+    op: Literal["UPDATE"]
+    id: int
+    content: str = Field(max_length=2000)
+
+
+class _Tag(BaseModel):
+    op: Literal["TAG"]
+    id: int
+    tag: Literal["helpful", "harmful", "neutral"]
+
+
+class _Remove(BaseModel):
+    op: Literal["REMOVE"]
+    id: int
+
+
+Operation = Annotated[_Add | _Update | _Tag | _Remove, Field(discriminator="op")]
+_OPERATION = TypeAdapter(Operation)
+
+
+@dataclass
+class CurationTally:
+    added: int = 0
+    updated: int = 0
+    tagged: int = 0
+    merged: int = 0
+    removed: int = 0
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.reasons.append(reason)
+
+
+def parse_operations(raw: Any) -> tuple[list[Operation], int]:
+    """Valid operations from the model's `strategies` value, and how many were dropped."""
+    if not isinstance(raw, list):
+        return [], 0 if raw is None else 1
+    operations: list[Operation] = []
+    dropped = 0
+    for item in raw[:MAX_OPS_PER_PASS]:
+        if isinstance(item, dict) and isinstance(item.get("op"), str):
+            item = {**item, "op": item["op"].upper()}
+        try:
+            operations.append(_OPERATION.validate_python(item))
+        except ValidationError:
+            dropped += 1
+    return operations, dropped + max(0, len(raw) - MAX_OPS_PER_PASS)
+
+
+def existing_block(store: StrategyStore, chat_id: int) -> str:
+    """The chat's own strategies as the prompt lists them: `[id=N] (STATE, h/k) section: text`."""
+    own = [s for s in store.for_chat(chat_id, include_global=False) if s.state != ARCHIVED]
+    lines = [
+        f"[id={s.id}] ({s.state}, helpful={round(s.scores.helpful)}, "
+        f"harmful={round(s.scores.harmful)}) {s.section}: {s.content}"
+        for s in own[:LISTED_STRATEGIES]
+    ]
+    return "\n".join(lines) or "(none yet)"
+
+
+def apply_operations(
+    store: StrategyStore, chat_id: int, operations: Sequence[Operation], run_id: int | None
+) -> CurationTally:
+    """Apply validated operations for one chat (inside the caller's transaction)."""
+    tally = CurationTally()
+    for operation in operations:
+        if isinstance(operation, _Add):
+            _add(store, chat_id, operation, run_id, tally)
+            continue
+        target = store.get(operation.id)
+        if target is None or target.chat_id != chat_id or target.state == ARCHIVED:
+            tally.reject(f"{operation.op} of unknown id {operation.id}")
+        elif isinstance(operation, _Tag):
+            store.tag(target.id, operation.tag, run_id)
+            tally.tagged += 1
+        elif isinstance(operation, _Remove):
+            store.archive(target.id, run_id, "removed by reflector")
+            tally.removed += 1
+        else:
+            verdict = check_fact(operation.content)
+            if not verdict.accepted:
+                tally.reject(f"UPDATE {operation.id}: {verdict.reason}")
+            else:
+                store.update(target.id, verdict.content, run_id)
+                tally.updated += 1
+    return tally
+
+
+def _add(
+    store: StrategyStore, chat_id: int, operation: _Add, run_id: int | None, tally: CurationTally
+) -> None:
+    verdict = check_fact(operation.content)
+    if not verdict.accepted:
+        tally.reject(f"ADD: {verdict.reason}")
+        return
+    section = " ".join(operation.section.split())[:MAX_SECTION_CHARS] or "general"
+    near = _near(store.for_chat(chat_id, include_global=False), verdict.content)
+    if near is not None:
+        store.tag(near.id, "helpful", run_id)
+        tally.merged += 1
+        return
+    store.add(chat_id, section, verdict.content, run_id)
+    tally.added += 1
+
+
+def _near(strategies: Sequence[Strategy], content: str) -> Strategy | None:
+    best: Strategy | None = None
+    best_score = MERGE_JACCARD
+    for strategy in strategies:
+        if strategy.state == ARCHIVED:
+            continue
+        score = jaccard(strategy.content, content)
+        if score >= best_score:
+            best, best_score = strategy, score
+    return best
