@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -58,10 +59,8 @@ async def run_platform(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):  # not the main thread
-            pass
     channel_tasks = [
         asyncio.create_task(_guard(f"channel {c.name}", c.run(runtime.dispatcher)), name=c.name)
         for c in channels
@@ -88,7 +87,5 @@ async def run_platform(
             task.cancel()
         await asyncio.gather(*channel_tasks, *service_tasks, stopper, return_exceptions=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
-            except (NotImplementedError, RuntimeError):
-                pass

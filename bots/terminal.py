@@ -7,6 +7,7 @@ file): one message per line, each reply printed on stdout, exit at end of input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 from typing import TextIO
@@ -51,17 +52,17 @@ class TerminalChannel:
             if reply is not None:
                 await self.send(reply)
 
-    def _read_lines(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]) -> None:
+    def _read_lines(
+        self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]
+    ) -> None:
         try:
             for line in self.stdin:
                 loop.call_soon_threadsafe(lines.put_nowait, line)
         except (OSError, ValueError):
             pass
         finally:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
                 loop.call_soon_threadsafe(lines.put_nowait, None)
-            except RuntimeError:  # the loop is already closed
-                pass
 
     async def send(self, message: Outbound) -> None:
         prefix = "mnemo> " if self.interactive else ""

@@ -98,7 +98,8 @@ class TelegramConfig(Section):
     webhook_url: str = ""
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8443, gt=0, lt=65536)
-    webhook_secret: str = ""
+    # Telegram allows 1-256 of A-Z a-z 0-9 _ - ; empty: a random one per start.
+    webhook_secret: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,256}$")
 
 
 class DiscordConfig(Section):

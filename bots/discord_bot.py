@@ -1,0 +1,232 @@
+"""The Discord channel: a discord.py client started with `client.start()` inside our loop.
+
+DMs and guild text channels; a thread is its own session (`"<parent>:<thread>"`).
+Commands are `!` prefix commands (`!reset` reaches the core as `/reset`); no application
+commands are registered. Requires the privileged *Message Content* intent (enable it in
+the Developer Portal under Bot → Privileged Gateway Intents), or guild messages arrive empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+
+import discord
+
+from bots.message_split import split_message
+from core.config import DiscordConfig
+from core.events import ChatKind, Handler, Inbound, Outbound
+from core.extensions import Command
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "discord"
+DISCORD_LIMIT = 2000
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic")
+USER_MENTION = re.compile(r"<@!?(\d+)>")
+REFUSAL = (
+    "Sorry, this bot is private. Your Discord user id is {user_id}; the owner can add it "
+    "to [discord] allowed_user_ids."
+)
+Destination = discord.abc.Messageable
+
+
+class MnemoDiscordClient(discord.Client):
+    """A plain client (no discord.ext.commands): every message goes to one callback."""
+
+    def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]]) -> None:
+        intents = discord.Intents.default()
+        intents.message_content = True  # privileged: enable it in the Developer Portal
+        # The model's text never pings anyone (no @everyone, roles or users).
+        super().__init__(intents=intents, allowed_mentions=discord.AllowedMentions.none())
+        self._message_callback = on_message
+
+    async def on_ready(self) -> None:
+        logger.info("connected as %s (%d guilds)", self.user, len(self.guilds))
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._message_callback(message)
+
+
+class DiscordChannel:
+    """A `core.events.Channel` for Discord DMs, guild channels and threads."""
+
+    name = "discord"
+
+    def __init__(self, config: DiscordConfig, commands: list[Command]) -> None:
+        self.config = config
+        self.command_names = {command.name for command in commands}
+        self.client = MnemoDiscordClient(self._on_message)
+        self._handler: Handler | None = None
+        self._destinations: dict[str, Destination] = {}
+        self._refused: set[int] = set()
+
+    def bind(self, handler: Handler) -> MnemoDiscordClient:
+        """Attach the core's handler (tests then drive `self.client` without a gateway)."""
+        self._handler = handler
+        return self.client
+
+    async def run(self, handler: Handler) -> None:
+        """Connect and serve until cancelled; discord.py reconnects with backoff on its own."""
+        self.bind(handler)
+        async with self.client:
+            await self.client.start(self.config.token)
+
+    # --- inbound ---------------------------------------------------------------------
+
+    async def _on_message(self, message: discord.Message) -> None:
+        if self._handler is None or message.author.bot:
+            return  # not bound yet, ourselves, or another bot (no bot-to-bot loops)
+        try:
+            inbound = await self.translate(message)
+            if inbound is None:
+                return
+            self._destinations[inbound.chat_id] = message.channel
+            if not inbound.respond:
+                await self._handler(inbound)
+                return
+            async with message.channel.typing():
+                reply = await self._handler(inbound)
+            if reply is not None:
+                await self.send(reply)
+        except Exception:
+            logger.exception("message %s failed", message.id)
+
+    async def translate(self, message: discord.Message) -> Inbound | None:
+        """The `Inbound` for `message`, or None when it is refused, filtered or empty."""
+        text = self.message_text(message)
+        if not text:
+            return None
+        if message.guild is None:
+            if not await self._dm_allowed(message):
+                return None
+            return self._inbound(message, text, str(message.channel.id), "private", True)
+        if not self._guild_allowed(message):
+            return None
+        chat_id, kind = _guild_chat_key(message.channel)
+        addressed = self._addresses_bot(message, text)
+        respond = addressed or self.config.reply_in_guilds == "all"
+        users = self.config.allowed_user_ids
+        if users and message.author.id not in users:
+            respond = False  # stored for the group's memory, never answered
+        return self._inbound(message, text, chat_id, kind, respond)
+
+    def message_text(self, message: discord.Message) -> str:
+        """Mentions made readable (the bot's own removed), `!command` → `/command`, media
+        as placeholders (`[image] caption`)."""
+        bot_id = self.client.user.id if self.client.user else 0
+        names = {user.id: user.display_name for user in message.mentions}
+
+        def mention(match: re.Match[str]) -> str:
+            user_id = int(match[1])
+            return "" if user_id == bot_id else f"@{names.get(user_id, match[1])}"
+
+        text = USER_MENTION.sub(mention, message.content)
+        text = re.sub(r"[ \t]{2,}", " ", text).strip()
+        text = self._as_command(text)
+        placeholders = [_attachment_placeholder(a) for a in message.attachments]
+        placeholders += [f"[sticker {sticker.name}]" for sticker in message.stickers]
+        return " ".join([*placeholders, text]).strip()
+
+    def _as_command(self, text: str) -> str:
+        prefix = self.config.command_prefix
+        rest = text[len(prefix) :]
+        if prefix and text.startswith(prefix) and _first_word(rest).lower() in self.command_names:
+            return "/" + rest
+        return text
+
+    def _addresses_bot(self, message: discord.Message, text: str) -> bool:
+        me = self.client.user
+        if me is None:
+            return False
+        if any(user.id == me.id for user in message.mentions):
+            return True
+        if text.startswith("/") and _first_word(text[1:]).lower() in self.command_names:
+            return True
+        resolved = message.reference.resolved if message.reference else None
+        return isinstance(resolved, discord.Message) and resolved.author.id == me.id
+
+    def _guild_allowed(self, message: discord.Message) -> bool:
+        guilds, channels = self.config.allowed_guild_ids, self.config.allowed_channel_ids
+        if guilds and (message.guild is None or message.guild.id not in guilds):
+            return False
+        if not channels:
+            return True
+        channel = message.channel
+        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
+        return channel.id in channels or parent_id in channels
+
+    async def _dm_allowed(self, message: discord.Message) -> bool:
+        users = self.config.allowed_user_ids
+        author_id = message.author.id
+        if not users or author_id in users:
+            return True
+        logger.info("refused DM from user %s", author_id)
+        if author_id not in self._refused:
+            self._refused.add(author_id)
+            await message.channel.send(REFUSAL.format(user_id=author_id))
+        return False
+
+    def _inbound(
+        self, message: discord.Message, text: str, chat_id: str, kind: ChatKind, respond: bool
+    ) -> Inbound:
+        channel = message.channel
+        title = ""
+        if message.guild is not None:
+            title = f"{message.guild.name} #{getattr(channel, 'name', '')}".strip()
+        return Inbound(
+            channel=CHANNEL,
+            chat_id=chat_id,
+            text=text,
+            sender_id=str(message.author.id),
+            sender_name=message.author.display_name,
+            chat_kind=kind,
+            chat_title=title,
+            respond=respond,
+            message_id=str(message.id),
+        )
+
+    # --- outbound --------------------------------------------------------------------
+
+    async def send(self, message: Outbound) -> None:
+        """Deliver a reply in parts of at most 2,000 characters; in guilds the first replies."""
+        destination = await self._destination(message.chat_id)
+        reference = None
+        if message.reply_to.isdigit() and not isinstance(destination, discord.DMChannel):
+            partial = destination.get_partial_message(int(message.reply_to))  # type: ignore[attr-defined]
+            reference = partial.to_reference(fail_if_not_exists=False)
+        for index, part in enumerate(split_message(message.text, DISCORD_LIMIT)):
+            if index == 0 and reference is not None:
+                await destination.send(part, reference=reference)
+            else:
+                await destination.send(part)
+
+    async def _destination(self, chat_id: str) -> Destination:
+        known = self._destinations.get(chat_id)
+        if known is not None:
+            return known
+        channel_id = int(chat_id.rpartition(":")[2])
+        found = self.client.get_channel(channel_id) or await self.client.fetch_channel(channel_id)
+        if not isinstance(found, discord.abc.Messageable):
+            raise ValueError(f"discord channel {chat_id} cannot receive messages")
+        self._destinations[chat_id] = found
+        return found
+
+
+def _guild_chat_key(channel: object) -> tuple[str, ChatKind]:
+    """A guild channel's chat id; a thread is keyed by its parent and itself."""
+    if isinstance(channel, discord.Thread):
+        return f"{channel.parent_id}:{channel.id}", "thread"
+    return str(getattr(channel, "id", "")), "group"
+
+
+def _first_word(text: str) -> str:
+    return (text.split(maxsplit=1) or [""])[0]
+
+
+def _attachment_placeholder(attachment: discord.Attachment) -> str:
+    content_type = attachment.content_type or ""
+    if content_type.startswith("image/") or attachment.filename.lower().endswith(IMAGE_SUFFIXES):
+        return "[image]"
+    return f"[file: {attachment.filename}]"

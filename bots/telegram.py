@@ -1,0 +1,243 @@
+"""The Telegram channel: python-telegram-bot's Application run inside our event loop.
+
+Long polling by default, a webhook when `[telegram] webhook_url` is set. Updates become
+`Inbound`s (see `bots.telegram_inbound`), replies go out through `bots.telegram_delivery`.
+Access control happens here, before the core sees a message: refused messages cost no
+model call and are not stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+from telegram import Bot, BotCommand, Message, Update
+from telegram.constants import ChatAction, ChatType
+from telegram.error import Conflict, NetworkError, TelegramError
+from telegram.ext import Application, ContextTypes, MessageHandler, filters
+
+from bots.telegram_delivery import deliver
+from bots.telegram_inbound import (
+    BotIdentity,
+    addresses_bot,
+    for_other_bot,
+    message_text,
+    split_chat_key,
+    strip_mention,
+    to_inbound,
+)
+from core.config import TelegramConfig
+from core.events import Handler, Inbound, Outbound
+from core.extensions import Command
+
+logger = logging.getLogger(__name__)
+
+TYPING_INTERVAL_S = 4.0
+COMMAND_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+REFUSAL = (
+    "Sorry, this bot is private. Your Telegram user id is {user_id}; the owner can add it "
+    "to [telegram] allowed_user_ids."
+)
+
+
+class TelegramChannel:
+    """A `core.events.Channel` for Telegram private chats, groups and forum topics."""
+
+    name = "telegram"
+
+    def __init__(self, config: TelegramConfig, commands: list[Command]) -> None:
+        self.config = config
+        self.commands = commands
+        self._bot: Bot | None = None
+        self._identity: BotIdentity | None = None
+        self._refused: set[int] = set()
+
+    async def run(self, handler: Handler) -> None:
+        """Poll (or serve the webhook) until cancelled; then stop cleanly."""
+        app = self._build_application(handler)
+        async with app:  # initialize (getMe) … shutdown
+            self._bot = app.bot
+            self._identity = BotIdentity(app.bot.id, app.bot.username)
+            await self._register_commands(app.bot)
+            await app.start()
+            try:
+                await self._start_updates(app)
+                await asyncio.Future()  # runs until the platform cancels this channel
+            finally:
+                if app.updater is not None and app.updater.running:
+                    await app.updater.stop()
+                await app.stop()
+                self._bot = None
+
+    def _build_application(self, handler: Handler) -> Application:  # type: ignore[type-arg]
+        app = (
+            Application.builder()
+            .token(self.config.token)
+            .base_url(self.config.api_base_url)
+            .base_file_url(self.config.api_file_url)
+            .concurrent_updates(True)  # the core's Dispatcher keeps each chat in order
+            .build()
+        )
+
+        async def on_message(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+            if update.message is not None:
+                await self._handle(update.message, handler)
+
+        app.add_handler(MessageHandler(filters.ALL, on_message))
+        app.add_error_handler(_log_update_error)
+        return app
+
+    async def _start_updates(self, app: Application) -> None:  # type: ignore[type-arg]
+        assert app.updater is not None
+        username = app.bot.username
+        if not self.config.webhook_url:
+            await app.updater.start_polling(
+                allowed_updates=[Update.MESSAGE],
+                bootstrap_retries=3,
+                error_callback=_log_polling_error,
+            )
+            logger.info("polling as @%s", username)
+            return
+        await app.updater.start_webhook(
+            listen=self.config.webhook_listen,
+            port=self.config.webhook_port,
+            url_path=urlparse(self.config.webhook_url).path.lstrip("/"),
+            webhook_url=self.config.webhook_url,
+            # Checked by python-telegram-bot on every request (403 without it).
+            secret_token=self.config.webhook_secret or secrets.token_urlsafe(32),
+            allowed_updates=[Update.MESSAGE],
+            bootstrap_retries=3,
+        )
+        logger.info(
+            "webhook for @%s on %s:%d (%s)",
+            username,
+            self.config.webhook_listen,
+            self.config.webhook_port,
+            self.config.webhook_url,
+        )
+
+    async def _register_commands(self, bot: Bot) -> None:
+        valid = [c for c in self.commands if _valid_command_name(c.name)]
+        for command in self.commands:
+            if command not in valid:
+                logger.warning("/%s is not a valid Telegram command name", command.name)
+        bot_commands = [BotCommand(c.name, c.description[:256] or c.name) for c in valid]
+        try:
+            await bot.set_my_commands(bot_commands)
+        except TelegramError as exc:
+            logger.warning("setMyCommands failed (%s); commands still work", exc)
+
+    # --- inbound ---------------------------------------------------------------------
+
+    async def _handle(self, message: Message, handler: Handler) -> None:
+        """One message: access check, translate, run the turn under a typing indicator."""
+        inbound = await self.translate(message)
+        if inbound is None:
+            return
+        if not inbound.respond:
+            await handler(inbound)
+            return
+        async with self._typing(message):
+            reply = await handler(inbound)
+        if reply is not None:
+            await self.send(reply)
+
+    async def translate(self, message: Message) -> Inbound | None:
+        """The `Inbound` for `message`, or None when it is refused or carries nothing."""
+        assert self._identity is not None
+        text = message_text(message)
+        if text is None or message.chat.type == ChatType.CHANNEL:
+            return None
+        if message.chat.type == ChatType.PRIVATE:
+            if not await self._private_allowed(message):
+                return None
+            return to_inbound(message, text, respond=True)
+        if self.config.allowed_chat_ids and message.chat.id not in self.config.allowed_chat_ids:
+            logger.debug("ignoring group %s (not in allowed_chat_ids)", message.chat.id)
+            return None
+        addressed = addresses_bot(message, self._identity)
+        respond = addressed or (
+            self.config.reply_in_groups == "all" and not for_other_bot(text, self._identity)
+        )
+        if addressed:
+            text = strip_mention(text, self._identity)
+        return to_inbound(message, text, respond=respond)
+
+    async def _private_allowed(self, message: Message) -> bool:
+        """Allowed users pass; anyone else gets one refusal per run that shows their id."""
+        user = message.from_user
+        allowed = self.config.allowed_user_ids
+        if user is None or not allowed or user.id in allowed:
+            return True
+        logger.info("refused private message from user %s", user.id)
+        if user.id not in self._refused:
+            self._refused.add(user.id)
+            await message.get_bot().send_message(message.chat.id, REFUSAL.format(user_id=user.id))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _typing(self, message: Message) -> AsyncIterator[None]:
+        """'typing…' in the chat, renewed every 4 s until the reply is ready."""
+        bot = message.get_bot()
+        thread_id = message.message_thread_id if message.is_topic_message else None
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await bot.send_chat_action(
+                        message.chat.id, ChatAction.TYPING, message_thread_id=thread_id
+                    )
+                except TelegramError as exc:
+                    logger.debug("sendChatAction failed: %s", exc)
+                await asyncio.sleep(TYPING_INTERVAL_S)
+
+        task = asyncio.create_task(keep_typing(), name="telegram-typing")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # --- outbound --------------------------------------------------------------------
+
+    async def send(self, message: Outbound) -> None:
+        """Deliver a reply; in groups the first part quotes the message it answers."""
+        if self._bot is None:
+            raise RuntimeError("the Telegram channel is not running")
+        chat_id, thread_id = split_chat_key(message.chat_id)
+        quote = chat_id < 0 and message.reply_to.isdigit()
+        await deliver(
+            self._bot,
+            chat_id,
+            message.text,
+            thread_id=thread_id,
+            reply_to=int(message.reply_to) if quote else None,
+        )
+
+
+def _valid_command_name(name: str) -> bool:
+    return 1 <= len(name) <= 32 and set(name) <= COMMAND_NAME_CHARS
+
+
+def _log_polling_error(error: TelegramError) -> None:
+    """Called by the polling loop, which itself backs off (1 s growing to 30 s) and retries."""
+    if isinstance(error, Conflict):
+        logger.warning(
+            "409 Conflict: another process is polling with this bot token "
+            "(stop it or use a webhook); retrying with backoff"
+        )
+    elif isinstance(error, NetworkError):
+        logger.warning("network error while polling (%s); retrying with backoff", error)
+    else:
+        logger.error("polling failed (%s); retrying with backoff", error)
+
+
+async def _log_update_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+    """One failing update is logged with its traceback; the others keep being processed."""
+    update_id = update.update_id if isinstance(update, Update) else "?"
+    logger.error("update %s failed (the other updates go on)", update_id, exc_info=context.error)
