@@ -26,8 +26,11 @@ async def reset_command(turn: TurnContext, args: str) -> str:
 
 
 def builtin_commands() -> list[Command]:
+    from core.context_commands import context_commands
+
     return [
         Command("start", "introduce the bot", start_command),
         Command("help", "list the commands", help_command),
         Command("reset", "start a new session (history and memories are kept)", reset_command),
+        *context_commands(),
     ]

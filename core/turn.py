@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from core.compaction import compact_session
 from core.config import Config
-from core.context import RequestParts, message_for_request, render_dynamic, split_newest, static_prefix
 from core.db import Connection
-from core.errors import LLMError, LLMTimeout, LLMUnavailable
+from core.errors import ContextOverflow, LLMError, LLMTimeout, LLMUnavailable
 from core.events import Inbound, Outbound
 from core.extensions import Command, ContextSection, Extension
 from core.llm import LLM, Completion
+from core.request_plan import RequestPlan, plan_request
 from core.store import Chat, NewMessage, SessionStore
+from core.tokens import calibrate, request_chars
+from core.tool_results import READ_TOOL, keep_tool_result
 from core.tools import BUILTIN_TOOLS, ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -74,7 +77,7 @@ class Agent:
     commands: dict[str, Command] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tools = ToolRegistry(list(BUILTIN_TOOLS))
+        self.tools = ToolRegistry([*BUILTIN_TOOLS, READ_TOOL])
         from core.commands import builtin_commands
 
         self.commands = {}
@@ -144,6 +147,7 @@ class Agent:
             )
             for call in completion.tool_calls:
                 result = await self.tools.execute(call.name, call.arguments, turn)
+                result = keep_tool_result(self.config, turn.chat, call.id, call.name, result)
                 pending.append({"role": "tool", "tool_call_id": call.id, "content": result})
         else:
             completion = await self.call_model(turn, pending, tools=False)
@@ -156,12 +160,33 @@ class Agent:
     async def call_model(
         self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
     ) -> Completion:
-        """One model call with the request built afresh; usage is recorded either way."""
-        messages = await self.build_request(turn, pending)
+        """One model call with the request built afresh (pruned, compacted when over the
+        threshold); a context-overflow error compacts and retries once."""
+        plan = await self.prepare_request(turn, pending, tools=tools)
         try:
-            completion = await self.llm.complete(
-                messages, self.tools.schemas() if tools else None
-            )
+            return await self._complete(turn, plan)
+        except ContextOverflow as exc:
+            logger.warning("context overflow in %s (%s); compacting, retrying", turn.chat.key, exc)
+        await compact_session(self, turn, "overflow")
+        plan = await plan_request(self, turn, pending, tools=tools, protect_turns=1)
+        return await self._complete(turn, plan)
+
+    async def prepare_request(
+        self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
+    ) -> RequestPlan:
+        """The next request: compacted first when its estimate passes the threshold."""
+        plan = await plan_request(self, turn, pending, tools=tools)
+        over = plan.share > self.config.context.compaction_threshold
+        if over and await compact_session(self, turn, "threshold") is not None:
+            plan = await plan_request(self, turn, pending, tools=tools)
+        if plan.tokens > plan.window:
+            plan = await plan_request(self, turn, pending, tools=tools, protect_turns=1)
+        return plan
+
+    async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
+        """Send a planned request; record usage and calibrate the token estimate."""
+        try:
+            completion = await self.llm.complete(plan.messages, plan.tools)
         except LLMError:
             self.store.record_usage(turn.chat.id, "turn", self.llm.model, None, None, 0, ok=False)
             raise
@@ -172,6 +197,14 @@ class Agent:
             completion.prompt_tokens,
             completion.completion_tokens,
             completion.latency_ms,
+        )
+        calibrate(
+            self.store.conn,
+            self.config,
+            self.llm.model,
+            request_chars(plan.messages, plan.tools),
+            len(plan.messages),
+            completion.prompt_tokens,
         )
         return completion
 
@@ -184,19 +217,9 @@ class Agent:
     async def build_request(
         self, turn: TurnContext, pending: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
-        """The messages for the next model call of this turn."""
-        history = self.store.history(turn.chat.id)
-        older, newest = split_newest(history)
-        group = turn.chat.kind != "private"
-        limit = self.config.context.tool_result_max_chars * 4
-        parts = RequestParts(
-            prefix=static_prefix(self.config, self.tools.names, self.today()),
-            summary=self.store.session(turn.chat.id).summary,
-            history=[message_for_request(m, group, limit) for m in older],
-            dynamic=render_dynamic(await self.dynamic_sections(turn)),
-            newest=[message_for_request(m, group, limit) for m in newest] + pending,
-        )
-        return parts.messages()
+        """The messages for the next model call of this turn (budgeted and pruned)."""
+        plan = await plan_request(self, turn, pending, tools=False)
+        return plan.messages
 
     def _reply(self, inbound: Inbound, text: str, is_error: bool = False) -> Outbound:
         return Outbound(

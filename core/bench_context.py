@@ -1,0 +1,301 @@
+"""`mnemo bench prefix` and what the context benchmarks share (fake model, scripted chat).
+
+prefix: 40 scripted turns, a new memory saved before each; for consecutive model requests,
+the share of the later request (characters of its serialized messages) equal to the earlier
+request's prefix, for this layout, for one with memory in the system prompt, and with no
+memory at all. The longrun benchmark is in `core.bench_longrun`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from core.config import Config, load_config
+from core.db import Connection, connect
+from core.events import Inbound
+from core.extensions import ContextSection, Extension
+from core.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.llm import OpenAILLM
+from core.store import SessionStore
+from core.summary import SUMMARY_MARKER
+from core.turn import Agent, TurnContext
+
+DYNAMIC_START = "Context for this reply"
+
+
+@dataclass
+class BenchMemory:
+    """The memory the prefix benchmark saves to every turn: an extension and a save function."""
+
+    name: str
+    extension: Extension
+    save: Callable[[int, str], None]
+
+
+MemoryFactory = Callable[[Config, Connection], BenchMemory]
+
+
+class GrowingNotes(Extension):
+    """Stand-in memory: every saved note is shown in one growing dynamic section."""
+
+    name = "bench-notes"
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
+        text = "\n".join(f"- {note}" for note in self.notes)
+        return [ContextSection("memories", "bench", text, priority=60)] if text else []
+
+
+def growing_notes_memory(config: Config, conn: Connection) -> BenchMemory:
+    notes = GrowingNotes()
+    return BenchMemory(
+        "bench notes (stand-in)", notes, lambda chat_id, text: notes.notes.append(text)
+    )
+
+
+def bench_config(data_dir: Path, base_url: str, window: int | None = None) -> Config:
+    config = load_config(None, env={})
+    config.storage.data_dir = data_dir
+    config.llm.base_url = base_url
+    config.llm.model = "fake-model"
+    config.llm.max_retries = 0
+    config.llm.timeout_s = 30
+    config.llm.context_window = window
+    return config
+
+
+@contextmanager
+def bench_agent(
+    server: FakeOpenAIServer,
+    window: int | None,
+    extensions: Callable[[Config, Connection], list[Extension]],
+) -> Iterator[Agent]:
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
+        config = bench_config(Path(tmp) / "data", server.base_url, window)
+        conn = connect(config.storage.database_path)
+        try:
+            yield Agent(config, SessionStore(conn), OpenAILLM(config.llm), extensions(config, conn))
+        finally:
+            conn.close()
+
+
+def common_prefix_share(earlier: str, later: str) -> float:
+    """Share of `later` (in characters) that equals the start of `earlier`."""
+    limit = min(len(earlier), len(later))
+    low, high = 0, limit
+    while low < high:  # binary search on the longest common prefix
+        middle = (low + high + 1) // 2
+        if earlier[:middle] == later[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low / len(later) if later else 1.0
+
+
+def memory_in_system_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same request laid out with the dynamic block appended to the system prompt."""
+    moved = [dict(message) for message in messages]
+    for index, message in enumerate(moved):
+        if (
+            index
+            and message["role"] == "system"
+            and str(message["content"]).startswith(DYNAMIC_START)
+        ):
+            del moved[index]
+            moved[0]["content"] = f"{moved[0]['content']}\n\n{message['content']}"
+            break
+    return moved
+
+
+def without_memory(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same request with no dynamic block at all (the ceiling for this conversation)."""
+    return [
+        message
+        for index, message in enumerate(messages)
+        if not (
+            index
+            and message["role"] == "system"
+            and str(message["content"]).startswith(DYNAMIC_START)
+        )
+    ]
+
+
+def serialized(messages: list[dict[str, Any]]) -> str:
+    return json.dumps(messages, ensure_ascii=False)
+
+
+TOPICS = (
+    "the database migration for the billing service",
+    "the trip to Lisbon in May with two kids",
+    "the quarterly report for the marketing team",
+    "the home network with a new router and a NAS",
+    "the vegetable garden plan for the spring",
+)
+
+
+def scripted_user_message(turn: int) -> str:
+    topic = TOPICS[turn % len(TOPICS)]
+    return (
+        f"Turn {turn}: let's continue with {topic}. Yesterday I checked item {turn * 7 % 31} "
+        f"and it cost {turn * 13 % 97} euros; what should I do next, and is there anything "
+        "I forgot from what we agreed before?"
+    )
+
+
+def scripted_reply(request: dict[str, Any]) -> FakeReply:
+    """The fake model of the benchmarks: a summary when asked, else a plain answer."""
+    messages = request["messages"]
+    if messages[0]["content"].startswith(SUMMARY_MARKER):
+        return FakeReply(content=BENCH_SUMMARY)
+    last = messages[-1]
+    if last["role"] == "tool":
+        return FakeReply(content=f"I read the result ({len(last['content'])} chars); all fine.")
+    text = str(last.get("content") or "")[:60]
+    return FakeReply(
+        content=f"About '{text}': here is a plan in three steps. First, write down what changed; "
+        "second, compare it with what we agreed; third, decide the next small action and a "
+        "date for it. I will remember the details you gave."
+    )
+
+
+BENCH_SUMMARY = (
+    "## Goal\nKeep helping with the user's projects.\n## Constraints and preferences\nnone\n"
+    "## Progress\nDone: earlier turns reviewed.\n## Key decisions\nnone\n"
+    "## Next steps\nContinue.\n## Critical context\nreports are fetched with fetch_report"
+)
+
+
+@dataclass(frozen=True)
+class TurnRequests:
+    requests: list[dict[str, Any]]  # the model requests of the turn (summaries excluded)
+    compacted: bool
+
+
+async def run_turns(
+    agent: Agent,
+    server: FakeOpenAIServer,
+    turns: int,
+    before_turn: Callable[[int, int], None] | None = None,
+) -> list[TurnRequests]:
+    """Send `turns` scripted user messages to one chat; group the model requests by turn."""
+    chat = agent.store.get_or_create_chat("bench", "chat-1")
+    results: list[TurnRequests] = []
+    for turn in range(turns):
+        if before_turn is not None:
+            before_turn(chat.id, turn)
+        start = len(server.requests)
+        compactions = agent.store.session(chat.id).compaction_count
+        await agent.handle(Inbound("bench", "chat-1", scripted_user_message(turn)))
+        requests = [
+            request
+            for request in server.requests[start:]
+            if not request["messages"][0]["content"].startswith(SUMMARY_MARKER)
+        ]
+        compacted = agent.store.session(chat.id).compaction_count != compactions
+        results.append(TurnRequests(requests, compacted))
+    return results
+
+
+def mean_prefix_share(
+    turns: list[TurnRequests], layout: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+) -> tuple[float, int]:
+    """Mean share over consecutive request pairs whose later request is in no compaction turn."""
+    shares: list[float] = []
+    previous: str | None = None
+    for turn in turns:
+        for request in turn.requests:
+            current = serialized(layout(request["messages"]))
+            if previous is not None and not turn.compacted:
+                shares.append(common_prefix_share(previous, current))
+            previous = current
+    return (sum(shares) / len(shares) if shares else 0.0), len(shares)
+
+
+def prefix_responder(request: dict[str, Any]) -> FakeReply:
+    """Every fifth user message gets a tool call first, so turns have several requests."""
+    messages = request["messages"]
+    last = messages[-1]
+    users = sum(message["role"] == "user" for message in messages)
+    if (
+        last["role"] == "user"
+        and users % 5 == 0
+        and not messages[0]["content"].startswith(SUMMARY_MARKER)
+    ):
+        return FakeReply(tool_calls=[tool_call("get_current_time", {}, f"call_{users}")])
+    return scripted_reply(request)
+
+
+async def prefix_bench(memory_factory: MemoryFactory, turns: int = 40) -> dict[str, Any]:
+    memories: list[BenchMemory] = []
+
+    def extensions(config: Config, conn: Connection) -> list[Extension]:
+        memories.append(memory_factory(config, conn))
+        return [memories[0].extension]
+
+    with (
+        FakeOpenAIServer(prefix_responder) as server,
+        bench_agent(server, None, extensions) as agent,
+    ):
+
+        def save(chat_id: int, turn: int) -> None:
+            topic = TOPICS[turn % len(TOPICS)]
+            memories[0].save(
+                chat_id,
+                f"In turn {turn} the user said item {turn * 7 % 31} of {topic}"
+                f" cost {turn * 13 % 97} euros.",
+            )
+
+        results = await run_turns(agent, server, turns, save)
+    ours, pairs = mean_prefix_share(results, lambda messages: messages)
+    system, _ = mean_prefix_share(results, memory_in_system_prompt)
+    ceiling, _ = mean_prefix_share(results, without_memory)
+    return {
+        "turns": turns,
+        "requests": sum(len(turn.requests) for turn in results),
+        "pairs": pairs,
+        "compaction_turns": sum(turn.compacted for turn in results),
+        "memory": memories[0].name,
+        "share_memory_before_newest": round(ours, 4),
+        "share_memory_in_system_prompt": round(system, 4),
+        "share_without_any_memory": round(ceiling, 4),
+    }
+
+
+PREFIX_FIGURES = (
+    ("memory before the newest message (Mnemo)", "share_memory_before_newest"),
+    ("memory in the system prompt", "share_memory_in_system_prompt"),
+    ("no memory at all (ceiling)", "share_without_any_memory"),
+)
+
+
+def prefix_command(memory_factory: MemoryFactory | None = None) -> click.Command:
+    """`mnemo bench prefix`, saving memories through `memory_factory` (else stand-in notes)."""
+
+    @click.command("prefix")
+    @click.option("--turns", default=40, show_default=True, help="Scripted turns.")
+    @click.option("--stand-in", is_flag=True, help="Use growing notes, not the memory store.")
+    def bench_prefix(turns: int, stand_in: bool) -> None:
+        """Prefix stability of requests while a memory is saved every turn (fake model)."""
+        factory = memory_factory if memory_factory and not stand_in else growing_notes_memory
+        result = asyncio.run(prefix_bench(factory, turns))
+        click.echo(
+            f"prefix: {result['turns']} turns, {result['requests']} model requests,"
+            f" {result['pairs']} request pairs counted ({result['compaction_turns']} compaction"
+            f" turns left out); memory: {result['memory']}"
+        )
+        click.echo("mean share of a request equal to the previous request's prefix:")
+        for label, key in PREFIX_FIGURES:
+            click.echo(f"  {label:<42} {result[key]:.4f}")
+
+    return bench_prefix

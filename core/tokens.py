@@ -1,0 +1,178 @@
+"""Token accounting: character-based estimates, known model windows, per-model calibration.
+
+The estimate is `chars / chars_per_token` plus fixed per-message and per-request
+overheads. Each response's `usage.prompt_tokens` moves the model's ratio towards the
+observed one (an exponential moving average persisted in `context_calibration`), so
+the estimate converges to the server's real tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.config import Config, LLMConfig
+from core.db import Connection, transaction
+
+logger = logging.getLogger(__name__)
+
+MESSAGE_OVERHEAD_TOKENS = 4  # role and separators the chat template adds per message
+REQUEST_OVERHEAD_TOKENS = 3  # the assistant turn header
+DEFAULT_WINDOW = 32_768
+CALIBRATION_RATE = 0.3  # weight of the newest observation
+MIN_RATIO, MAX_RATIO = 0.5, 12.0
+MIN_CALIBRATION_CHARS = 400  # tiny requests are dominated by overheads: skip them
+
+# Longest matching prefix of the model name wins (names are lower-cased, tags dropped).
+KNOWN_WINDOWS: dict[str, int] = {
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-5": 400_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    "claude": 200_000,
+    "gemini": 1_048_576,
+    "llama3.1": 131_072,
+    "llama3.2": 131_072,
+    "llama3.3": 131_072,
+    "llama3": 8_192,
+    "qwen2.5": 32_768,
+    "qwen3": 40_960,
+    "mistral": 32_768,
+    "mixtral": 32_768,
+    "gemma2": 8_192,
+    "gemma3": 131_072,
+    "phi3": 4_096,
+    "phi4": 16_384,
+    "deepseek": 65_536,
+}
+
+
+def model_window(model: str) -> int:
+    """The context window of `model` from `KNOWN_WINDOWS`, else `DEFAULT_WINDOW`."""
+    name = model.lower().rsplit("/", 1)[-1].split(":", 1)[0]
+    matches = [prefix for prefix in KNOWN_WINDOWS if name.startswith(prefix)]
+    return KNOWN_WINDOWS[max(matches, key=len)] if matches else DEFAULT_WINDOW
+
+
+def context_window(llm: LLMConfig) -> int:
+    """`[llm] context_window` when set, else the known window of `[llm] model`."""
+    return llm.context_window or model_window(llm.model)
+
+
+def effective_window(llm: LLMConfig) -> int:
+    """Tokens a request may use: the window minus the room kept for the answer."""
+    return max(256, context_window(llm) - llm.max_output_tokens)
+
+
+def message_chars(message: dict[str, Any]) -> int:
+    """Characters of one request message that the tokenizer sees (content and tool calls)."""
+    content = message.get("content") or ""
+    chars = len(content) if isinstance(content, str) else len(json.dumps(content))
+    if message.get("tool_calls"):
+        chars += len(json.dumps(message["tool_calls"], ensure_ascii=False))
+    return chars
+
+
+def request_chars(
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None
+) -> int:
+    chars = sum(message_chars(message) for message in messages)
+    return chars + (len(json.dumps(list(tools), ensure_ascii=False)) if tools else 0)
+
+
+def overhead_tokens(message_count: int) -> int:
+    return message_count * MESSAGE_OVERHEAD_TOKENS + REQUEST_OVERHEAD_TOKENS
+
+
+@dataclass(frozen=True)
+class TokenEstimator:
+    """Estimates tokens from characters with one chars-per-token ratio."""
+
+    chars_per_token: float
+
+    def text(self, text: str) -> int:
+        return int(len(text) / self.chars_per_token) + 1 if text else 0
+
+    def chars(self, chars: int) -> int:
+        return int(chars / self.chars_per_token)
+
+    def message(self, message: dict[str, Any]) -> int:
+        return self.chars(message_chars(message)) + MESSAGE_OVERHEAD_TOKENS
+
+    def request(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> int:
+        chars = request_chars(messages, tools)
+        return self.chars(chars) + overhead_tokens(len(messages))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    model: str
+    chars_per_token: float
+    samples: int
+    last_ratio: float | None
+
+
+def load_calibration(conn: Connection, model: str) -> Calibration | None:
+    row = conn.execute(
+        "SELECT chars_per_token, samples, last_ratio FROM context_calibration WHERE model = ?",
+        (model,),
+    ).fetchone()
+    return Calibration(model, float(row[0]), int(row[1]), row[2]) if row else None
+
+
+def estimator_for(conn: Connection, config: Config, model: str | None = None) -> TokenEstimator:
+    """The calibrated estimator of `model` (default `[llm] model`), else the configured ratio."""
+    calibration = load_calibration(conn, model or config.llm.model)
+    ratio = calibration.chars_per_token if calibration else config.context.chars_per_token
+    return TokenEstimator(ratio)
+
+
+def observed_ratio(chars: int, message_count: int, prompt_tokens: int) -> float | None:
+    """chars per token implied by a response's `usage.prompt_tokens`, or None if unusable."""
+    content_tokens = prompt_tokens - overhead_tokens(message_count)
+    if chars < MIN_CALIBRATION_CHARS or content_tokens <= 0:
+        return None
+    return min(MAX_RATIO, max(MIN_RATIO, chars / content_tokens))
+
+
+def calibrate(
+    conn: Connection,
+    config: Config,
+    model: str,
+    chars: int,
+    message_count: int,
+    prompt_tokens: int | None,
+) -> Calibration | None:
+    """Move `model`'s ratio towards the one observed in a response; persist and return it."""
+    if not prompt_tokens:
+        return None
+    observed = observed_ratio(chars, message_count, prompt_tokens)
+    if observed is None:
+        return None
+    with transaction(conn):
+        current = load_calibration(conn, model)
+        start = current.chars_per_token if current else config.context.chars_per_token
+        ratio = start + CALIBRATION_RATE * (observed - start)
+        samples = (current.samples if current else 0) + 1
+        conn.execute(
+            "INSERT INTO context_calibration (model, chars_per_token, samples, last_ratio)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET"
+            " chars_per_token = excluded.chars_per_token, samples = excluded.samples,"
+            " last_ratio = excluded.last_ratio,"
+            " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+            (model, ratio, samples, observed),
+        )
+    logger.debug("calibrated %s: %.3f chars/token (observed %.3f)", model, ratio, observed)
+    return Calibration(model, ratio, samples, observed)
