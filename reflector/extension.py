@@ -1,0 +1,68 @@
+"""ReflectorExtension: the scheduler as a background service, and a pass before compaction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from core.config import Config
+from core.doctor import Check
+from core.extensions import Extension, Service
+from core.llm import LLM
+from core.store import SessionStore
+from reflector.contributors import PassContributor
+from reflector.playbook import default_contributors
+from reflector.reflection import Reflector
+from reflector.runs import RunLog
+from reflector.scheduler import ReflectorService
+
+if TYPE_CHECKING:
+    from core.turn import TurnContext
+
+logger = logging.getLogger(__name__)
+
+
+class ReflectorExtension(Extension):
+    """Plugs the reflector into `mnemo run` (`[reflector] enabled` turns it off there)."""
+
+    name = "reflector"
+
+    def __init__(
+        self,
+        config: Config,
+        store: SessionStore,
+        llm: LLM,
+        contributors: Sequence[PassContributor] | None = None,
+    ) -> None:
+        self.config = config
+        if contributors is None:
+            contributors = default_contributors(store.conn)
+        self.reflector = Reflector(config, store, llm, contributors=contributors)
+
+    def services(self) -> list[Service]:
+        if not self.config.reflector.enabled:
+            return []
+        return [ReflectorService(self.reflector, self.config.reflector.interval_mins)]
+
+    async def before_compaction(self, turn: TurnContext) -> None:
+        """Save this chat's facts before its history is summarised away."""
+        if not self.config.reflector.enabled:
+            return
+        try:
+            run = await self.reflector.reflect_chat(turn.chat.id)
+        except Exception:  # compaction must go on whatever happens here
+            logger.exception("reflector pass before compaction failed for chat %s", turn.chat.id)
+            return
+        logger.info("reflector before compaction: %s", run.summary())
+
+    async def checks(self) -> list[Check]:
+        if not self.config.reflector.enabled:
+            return [Check("reflector", True, "disabled in this process ([reflector] enabled)")]
+        recent = RunLog(self.reflector.conn).recent(limit=1)
+        last = "no run yet"
+        if recent:
+            row = recent[0]
+            last = f"last run {row.finished_at} " + ("ok" if row.ok else f"FAILED: {row.error}")
+        detail = f"every {self.config.reflector.interval_mins:g} min, model {self.reflector.model}"
+        return [Check("reflector", True, f"{detail}; {last}", fatal=False)]
