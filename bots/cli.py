@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +14,10 @@ from bots.terminal import TerminalChannel
 from core.config import Config, load_config, resolve_config_path
 from core.doctor import Check, llm_setup_hint
 from core.errors import LLMError, MnemoError
+
+if TYPE_CHECKING:
+    from core.bench_context import BenchMemory
+    from core.db import Connection
 
 
 class Context:
@@ -156,12 +161,39 @@ def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
+def _bench_memory(config: Config, conn: Connection) -> BenchMemory:
+    """`mnemo bench prefix` saves its memories in the real memory store (issue 5 / issue 3)."""
+    from core.bench_context import BenchMemory
+    from memory.extension import MemoryExtension
+
+    extension = MemoryExtension(config, conn)
+
+    def save(chat_id: int, text: str) -> None:
+        extension.service.store.add(chat_id, text, "KNOWLEDGE", source="bench")
+
+    return BenchMemory("memory.store.MemoryStore via MemoryExtension", extension, save)
+
+
 def register_subcommands() -> None:
     """Subcommands owned by other packages. Keep their imports light: `mnemo --help` stays fast."""
     # memory (issue 3): cli.add_command(memory_group); bench.add_command(bench_locomo) …
-    # reflector (issue 4): cli.add_command(reflect); cli.add_command(reflector_worker) …
-    # context (issue 5): cli.add_command(inspect); bench.add_command(bench_prefix) …
-    # strategies (issue 7): cli.add_command(strategies_group)
+    from reflector.commands import bench_reflector, reflect, reflector_worker
+
+    cli.add_command(reflect)
+    cli.add_command(reflector_worker)
+    bench.add_command(bench_reflector)
+    # context (issue 5)
+    from core.bench_context import prefix_command
+    from core.bench_longrun import bench_longrun
+    from core.context_commands import inspect_command
+
+    cli.add_command(inspect_command)
+    bench.add_command(prefix_command(_bench_memory))
+    bench.add_command(bench_longrun)
+    # strategies (issue 7)
+    from memory.strategies.cli import strategies_group
+
+    cli.add_command(strategies_group)
 
 
 register_subcommands()

@@ -32,7 +32,15 @@ class Runtime:
 
 def build_extensions(config: Config, store: SessionStore, llm: OpenAILLM) -> list[Extension]:
     """The extensions every bot gets (memory, reflector, …), in injection order."""
-    return []
+    from memory.extension import MemoryExtension
+    from memory.strategies.extension import StrategyExtension
+    from reflector.extension import ReflectorExtension
+
+    extensions: list[Extension] = []
+    extensions.append(MemoryExtension(config, store.conn))
+    extensions.append(StrategyExtension())
+    extensions.append(ReflectorExtension(config, store, llm))
+    return extensions
 
 
 def build_runtime(config: Config) -> Runtime:
