@@ -176,7 +176,9 @@ def _bench_memory(config: Config, conn: Connection) -> BenchMemory:
 
 def register_subcommands() -> None:
     """Subcommands owned by other packages. Keep their imports light: `mnemo --help` stays fast."""
-    # memory (issue 3): cli.add_command(memory_group); bench.add_command(bench_locomo) …
+    from memory.cli import register as register_memory
+
+    register_memory(cli, bench)
     from reflector.commands import bench_reflector, reflect, reflector_worker
 
     cli.add_command(reflect)

@@ -1,0 +1,1 @@
+"""Memory: AGENTS.md file memory, structured memories, embeddings and their ranking."""

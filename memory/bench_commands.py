@@ -1,0 +1,195 @@
+"""`mnemo bench locomo PATH` (evidence recall on LoCoMo) and `mnemo bench memory` (latency).
+
+Both build throwaway databases in a temporary directory through the real MemoryStore and
+rank through the real `rank_memories`. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import click
+
+RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
+LOCOMO_CREDIT = "LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0; evidence recall (cov@k)"
+
+
+def _embedder_for(retriever: str) -> Any:
+    from memory.embeddings import load_embedder
+
+    return load_embedder() if retriever in ("hybrid", "knn") else None
+
+
+@click.command("locomo")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--retriever", type=click.Choice(RETRIEVERS), default="hybrid", show_default=True)
+@click.option(
+    "--memories",
+    "kind",
+    type=click.Choice(["turns", "observations"]),
+    default="turns",
+    show_default=True,
+    help="One memory per dialog turn, or the dataset's observation facts.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
+def bench_locomo(path: Path, retriever: str, kind: str, as_json: bool) -> None:
+    """Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."""
+    from memory.locomo import run_locomo
+
+    embedder = _embedder_for(retriever)
+    with tempfile.TemporaryDirectory(prefix="mnemo-locomo-") as work:
+        result = run_locomo(
+            path,
+            Path(work),
+            retriever=retriever,
+            embedder=embedder,
+            use_observations=kind == "observations",
+            on_sample=None if as_json else lambda sid: click.echo(f"  {sid} done", err=True),
+        )
+    summary = result.summary()
+    summary.update(retriever=retriever, memories=kind)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(f"{LOCOMO_CREDIT}; retriever={retriever}, memories={kind}")
+    click.echo(
+        f"questions: {summary['n_questions']} "
+        f"(skipped without evidence: {summary['n_skipped_no_evidence']})"
+    )
+    click.echo(f"cov@5 {summary['cov@5']:.3f}  cov@10 {summary['cov@10']:.3f}")
+    for name, figures in summary["by_category"].items():
+        click.echo(f"  {name:<12} cov@5 {figures['cov@5']:.3f}  cov@10 {figures['cov@10']:.3f}")
+    click.echo(
+        f"ranking latency ms: p50 {summary['latency_ms_p50']:.2f}  "
+        f"p95 {summary['latency_ms_p95']:.2f}"
+    )
+
+
+_PEOPLE = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goro", "Hana", "Ivan", "Jo"]
+_VERBS = ["likes", "visited", "bought", "is learning", "fixed", "cooked", "painted", "sold"]
+_THINGS = [
+    "guitar",
+    "bicycle",
+    "garden",
+    "python",
+    "pasta",
+    "kayak",
+    "violin",
+    "camera",
+    "chess",
+    "pottery",
+    "marathon",
+    "telescope",
+    "sourdough",
+    "piano",
+    "drone",
+]
+_PLACES = ["Berlin", "Lisbon", "Kyoto", "Austin", "Oslo", "Cairo", "Lima", "Hanoi"]
+_WHEN = ["last week", "in May", "yesterday", "two years ago", "on Sunday", "this morning"]
+
+
+def synthetic_memory(rng: random.Random) -> str:
+    return (
+        f"{rng.choice(_PEOPLE)} {rng.choice(_VERBS)} a {rng.choice(_THINGS)} in "
+        f"{rng.choice(_PLACES)} {rng.choice(_WHEN)} (note {rng.randrange(10**6)})"
+    )
+
+
+def synthetic_query(rng: random.Random) -> str:
+    return (
+        f"What did {rng.choice(_PEOPLE)} do with the {rng.choice(_THINGS)} "
+        f"in {rng.choice(_PLACES)}? ({rng.randrange(10**6)})"
+    )
+
+
+@click.command("memory")
+@click.option("--n", "count", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option("--queries", default=200, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--retriever",
+    "retrievers",
+    multiple=True,
+    type=click.Choice(RETRIEVERS),
+    help="Repeatable; default: all four.",
+)
+@click.option("--json", "as_json", is_flag=True)
+def bench_memory(count: int, queries: int, retrievers: tuple[str, ...], as_json: bool) -> None:
+    """Ranking latency (query embedding included) for one chat of N memories."""
+    from core.db import connect
+    from core.store import SessionStore
+    from memory.embeddings import load_embedder
+    from memory.store import MemoryStore
+
+    rng = random.Random(7)
+    embedder = load_embedder()
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as work:
+        conn = connect(Path(work) / "bench.db")
+        store = SessionStore(conn)
+        chat, other = store.get_or_create_chat("bench", "a"), store.get_or_create_chat("bench", "b")
+        memories = MemoryStore(conn, embedder)
+        texts = [synthetic_memory(rng) for _ in range(count)]
+        started = time.perf_counter()
+        vectors = embedder.embed(texts) if embedder is not None else [None] * count
+        for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+            owner = other.id if number % 10 == 9 else chat.id  # a neighbour chat's 10%
+            memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+        ingest_s = time.perf_counter() - started
+        for mode in retrievers or RETRIEVERS:
+            asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
+            results[mode] = _timed(asked, partial(_rank_once, conn, chat.id, mode, embedder))
+        if embedder is not None:
+            asked = [synthetic_query(rng) for _ in range(queries)]
+            results["(query embedding alone)"] = _timed(asked, lambda q: embedder.embed([q]))
+        conn.close()
+    _print_memory_bench(count, queries, ingest_s, results, as_json)
+
+
+def _rank_once(conn: Any, chat_id: int, mode: str, embedder: Any, query: str) -> object:
+    from memory.rank import rank_memories
+
+    return rank_memories(conn, chat_id, query, 10, mode=mode, embedder=embedder)
+
+
+def _timed(queries: list[str], run: Callable[[str], object]) -> dict[str, float]:
+    timings = []
+    for query in queries:
+        began = time.perf_counter()
+        run(query)
+        timings.append((time.perf_counter() - began) * 1000)
+    timings.sort()
+    return {
+        "p50_ms": round(timings[len(timings) // 2], 2),
+        "p95_ms": round(timings[max(0, int(len(timings) * 0.95) - 1)], 2),
+    }
+
+
+def _print_memory_bench(
+    count: int, queries: int, ingest_s: float, results: dict[str, dict[str, float]], as_json: bool
+) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "n": count,
+                    "queries": queries,
+                    "ingest_s": round(ingest_s, 1),
+                    "latency": results,
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(
+        f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
+        f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding included"
+    )
+    for mode, figures in results.items():
+        click.echo(f"  {mode:<24} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms")

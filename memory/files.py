@@ -1,0 +1,129 @@
+"""File memory: AGENTS.md notes in three scopes (global, channel, chat) under the data dir.
+
+Chat ids and channel names come from outside, so every path segment is built from a
+reversible, separator-free encoding of them (`safe_segment`); nothing can leave the data dir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.context import clip_middle
+from core.extensions import ContextSection
+
+FILE_NAME = "AGENTS.md"
+SCOPES = ("global", "channel", "chat")
+MAX_WRITE_CHARS = 200_000
+MAX_SEGMENT_CHARS = 96
+MIN_SECTION_CHARS = 400  # below this a clipped block says little (and its marker could overrun)
+SCOPE_PRIORITY = {"global": 70, "channel": 65, "chat": 80}
+
+_SAFE = re.compile(r"[A-Za-z0-9_-]")
+
+
+def safe_segment(name: str) -> str:
+    """A file-name-safe, collision-free encoding of `name` (percent-encoded UTF-8 bytes).
+
+    Letters, digits, `_` and `-` stay; everything else (`.`, `/`, `\\`, `%`, NUL, …)
+    becomes `%XX`, so no `..`, separator or absolute path survives. Very long names are
+    shortened to a prefix plus a SHA-256 digest.
+    """
+    encoded = "".join(
+        char if _SAFE.fullmatch(char) else "".join(f"%{b:02X}" for b in char.encode("utf-8"))
+        for char in name
+    )
+    if not encoded:
+        return "%00"
+    if len(encoded) > MAX_SEGMENT_CHARS:
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+        encoded = f"{encoded[:48]}~{digest}"
+    return encoded
+
+
+@dataclass(frozen=True)
+class FileScope:
+    scope: str
+    path: Path
+    label: str  # shown as the section's source, relative to the data dir
+
+
+class FileMemory:
+    """Reads, writes and budgets the AGENTS.md files of one data dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = Path(data_dir)
+
+    def scope(self, scope: str, channel: str, chat_id: str) -> FileScope:
+        if scope == "global":
+            parts: list[str] = []
+        elif scope == "channel":
+            parts = [safe_segment(channel)]
+        elif scope == "chat":
+            parts = [safe_segment(channel), safe_segment(chat_id)]
+        else:
+            raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+        path = self.data_dir.joinpath(*parts, FILE_NAME)
+        return FileScope(scope, path, "/".join([*parts, FILE_NAME]))
+
+    def read(self, scope: str, channel: str, chat_id: str) -> str:
+        path = self.scope(scope, channel, chat_id).path
+        try:
+            return path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def write(self, scope: str, channel: str, chat_id: str, content: str) -> Path:
+        """Replace the scope's file atomically (a crash leaves the old or the new file)."""
+        if len(content) > MAX_WRITE_CHARS:
+            raise ValueError(f"content is {len(content)} chars; the limit is {MAX_WRITE_CHARS}")
+        path = self.scope(scope, channel, chat_id).path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
+        temporary.write_text(content, encoding="utf-8")
+        os.replace(temporary, path)
+        return path
+
+    def sections(
+        self, channel: str, chat_id: str, scope_max_chars: int, total_max_chars: int
+    ) -> list[ContextSection]:
+        """The non-empty scopes as context sections, global first, within both budgets."""
+        texts = [
+            (self.scope(scope, channel, chat_id), self.read(scope, channel, chat_id))
+            for scope in SCOPES
+        ]
+        budgeted = budget_texts([text for _, text in texts], scope_max_chars, total_max_chars)
+        return [
+            ContextSection(
+                key=f"file_memory_{where.scope}",
+                source=where.label,
+                text=text,
+                priority=SCOPE_PRIORITY[where.scope],
+            )
+            for (where, _), text in zip(texts, budgeted, strict=True)
+            if text.strip()
+        ]
+
+
+def budget_texts(texts: list[str], scope_max_chars: int, total_max_chars: int) -> list[str]:
+    """Clip each text to `scope_max_chars`, then earlier texts first to `total_max_chars`.
+
+    Clipping keeps 70% head and 20% tail around a `[truncated: N chars]` marker. A text
+    whose remaining share would be under MIN_SECTION_CHARS is dropped ("").
+    """
+    result: list[str] = []
+    remaining = total_max_chars
+    for text in texts:
+        text = text.strip()
+        if not text:
+            result.append("")
+            continue
+        clipped = clip_middle(text, scope_max_chars)
+        if len(clipped) > remaining:
+            clipped = clip_middle(text, remaining) if remaining >= MIN_SECTION_CHARS else ""
+        remaining -= len(clipped)
+        result.append(clipped)
+    return result

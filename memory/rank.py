@@ -1,0 +1,180 @@
+"""`rank_memories`: the one retriever. Modes knn (sqlite-vec), bm25 (FTS5), jaccard, hybrid.
+
+Only the chat's own and global memories that are active (not archived, not expired) are
+candidates. `hybrid` fuses the KNN and BM25 rankings by reciprocal rank. When vectors are
+unavailable (no sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
+
+hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 reads
+a memory's `context` column at CONTEXT_WEIGHT (text around it that helps find it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from core.db import Connection
+from memory import index
+from memory.embeddings import Embedder
+from memory.ranking import content_terms, fts_query, jaccard_sets, score_fusion
+from memory.store import ACTIVE_SQL, Memory, MemoryStore
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "knn", "bm25", "jaccard")
+MIN_DEPTH = 50  # candidates each ranker contributes to the fusion
+KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is cosine
+CONTEXT_WEIGHT = 0.5  # BM25 column weight of a memory's context (its content weighs 1.0)
+
+_warned_fallback = False
+
+
+@dataclass(frozen=True)
+class RankedMemory:
+    memory: Memory
+    score: float
+
+
+def effective_mode(conn: Connection, mode: str, embedder: Embedder | None) -> str:
+    """The mode that will really run: knn/hybrid need sqlite-vec, an embedder and vectors."""
+    if mode not in MODES:
+        raise ValueError(f"unknown ranking mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode in ("knn", "hybrid") and not vectors_usable(conn, embedder):
+        return "bm25"
+    return mode
+
+
+def vectors_usable(conn: Connection, embedder: Embedder | None) -> bool:
+    if embedder is None or not conn.info.vec_loaded or not index.vector_table_exists(conn):
+        return False
+    return index.vector_index_model(conn) == (embedder.model_name, embedder.dim)
+
+
+def _warn_fallback(mode: str, conn: Connection, embedder: Embedder | None) -> None:
+    global _warned_fallback
+    if _warned_fallback:
+        return
+    _warned_fallback = True
+    reason = (
+        "sqlite-vec is not loaded"
+        if not conn.info.vec_loaded
+        else "no embedding model"
+        if embedder is None
+        else "the vector index does not match the embedding model (run `mnemo memory reindex`)"
+    )
+    logger.warning("memory ranking mode %s unavailable (%s); using bm25 keywords", mode, reason)
+
+
+def _scopes(chat_id: int | None) -> list[int]:
+    return [index.GLOBAL_SCOPE] if chat_id is None else [chat_id, index.GLOBAL_SCOPE]
+
+
+def knn_ids(
+    conn: Connection, chat_id: int | None, vector: list[float], depth: int
+) -> list[tuple[int, float]]:
+    """(id, similarity) by cosine KNN restricted to the chat's and global memories."""
+    return [(mid, 1.0 - d) for mid, d in index.nearest(conn, _scopes(chat_id), vector, depth)]
+
+
+def bm25_ids(
+    conn: Connection, chat_id: int | None, query: str, depth: int
+) -> list[tuple[int, float]]:
+    """(id, -bm25) of FTS5 matches of any content term, best first."""
+    terms = fts_query(query)
+    if not terms:
+        return []
+    scopes = " OR ".join(f"c{scope}" for scope in _scopes(chat_id))
+    rows = conn.execute(
+        f"SELECT rowid, bm25(memories_fts, 1.0, {CONTEXT_WEIGHT}, 0.0) AS rank FROM memories_fts"
+        " WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+        (f"scope:({scopes}) AND {{text context}}:({terms})", depth),
+    ).fetchall()
+    return [(int(row[0]), -float(row[1])) for row in rows]
+
+
+@lru_cache(maxsize=65536)
+def _memory_terms(content: str) -> frozenset[str]:
+    return frozenset(content_terms(content))
+
+
+def jaccard_ids(conn: Connection, chat_id: int | None, query: str) -> list[tuple[int, float]]:
+    """(id, Jaccard of content-term sets) for every candidate sharing a term, best first."""
+    wanted = set(content_terms(query))
+    if not wanted:
+        return []
+    rows = conn.execute(
+        "SELECT id, content FROM memories"
+        f" WHERE (chat_id IS ? OR chat_id IS NULL) AND {ACTIVE_SQL}",
+        (chat_id,),
+    ).fetchall()
+    scored = [(int(row[0]), jaccard_sets(wanted, set(_memory_terms(row[1])))) for row in rows]
+    return sorted((item for item in scored if item[1] > 0), key=lambda item: -item[1])
+
+
+def _hybrid(
+    conn: Connection, chat_id: int | None, query: str, depth: int, embedder: Embedder
+) -> list[tuple[int, float]]:
+    vector = embedder.embed([query])[0]
+    semantic = dict(knn_ids(conn, chat_id, vector, depth))
+    keyword = dict(bm25_ids(conn, chat_id, query, depth))
+    missing = [mid for mid in keyword if mid not in semantic]
+    semantic.update(index.similarities(conn, vector, missing))
+    fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
+    return sorted(fused.items(), key=lambda item: -item[1])
+
+
+def rank_memories(
+    conn: Connection,
+    chat_id: int | None,
+    query: str,
+    k: int,
+    *,
+    mode: str = "hybrid",
+    embedder: Embedder | None = None,
+) -> list[RankedMemory]:
+    """The `k` best active memories of this chat and global ones for `query`, best first.
+
+    Ties break by recency (last seen, then newest id).
+    """
+    if k <= 0 or not query.strip():
+        return []
+    used = effective_mode(conn, mode, embedder)
+    if used != mode:
+        _warn_fallback(mode, conn, embedder)
+    depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
+    if used == "knn" and embedder is not None:
+        scored = knn_ids(conn, chat_id, embedder.embed([query])[0], depth)
+    elif used == "hybrid" and embedder is not None:
+        scored = _hybrid(conn, chat_id, query, depth, embedder)
+    elif used == "jaccard":
+        scored = jaccard_ids(conn, chat_id, query)
+    else:
+        scored = bm25_ids(conn, chat_id, query, depth)
+    return _finish(MemoryStore(conn), chat_id, scored, k)
+
+
+def _finish(
+    store: MemoryStore, chat_id: int | None, scored: Sequence[tuple[int, float]], k: int
+) -> list[RankedMemory]:
+    memories = store.by_ids([mid for mid, _ in scored])
+    ranked = [
+        RankedMemory(memories[mid], score)
+        for mid, score in scored
+        if mid in memories and _candidate(memories[mid], chat_id)
+    ]
+    ranked.sort(key=lambda r: (r.score, r.memory.last_seen_at, r.memory.id), reverse=True)
+    return ranked[:k]
+
+
+def _candidate(memory: Memory, chat_id: int | None) -> bool:
+    if memory.archived or memory.chat_id not in (chat_id, None):
+        return False
+    return memory.expires_at is None or memory.expires_at > _now()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -1,0 +1,81 @@
+"""Pure ranking helpers: tokenising (CJK as bigrams), Jaccard, score fusion, FTS5 queries."""
+
+from __future__ import annotations
+
+import re
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+
+# Words too common to say anything about which memory answers a question.
+_STOP_TEXT = """a about after again all also am an and any are as at be been before being but by can
+    could did do does doing done for from had has have having he her here hers him his how i
+    if in into is it its just me might more most my no nor not now of off on once only or
+    other our ours out over own she should so some such than that the their theirs them then
+    there these they this those through to too up very was we were what when where which
+    while who whom why will with would you your yours yourself s t d ll m re ve"""
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+
+
+def tokens(text: str) -> set[str]:
+    """Lowercased words; runs of CJK characters become overlapping character bigrams."""
+    return set(token_list(text))
+
+
+def token_list(text: str) -> list[str]:
+    """Like `tokens()` but in order and with repeats (what the full-text index stores)."""
+    found: list[str] = []
+    for match in _TOKEN.finditer(text.lower()):
+        cjk, word = match.groups()
+        if word:
+            found.append(word)
+        elif len(cjk) == 1:
+            found.append(cjk)
+        else:
+            found.extend(cjk[i : i + 2] for i in range(len(cjk) - 1))
+    return found
+
+
+def jaccard(a: str, b: str) -> float:
+    """Token-set overlap |A∩B| / |A∪B| of two texts (0.0 when both are empty)."""
+    return jaccard_sets(tokens(a), tokens(b))
+
+
+def jaccard_sets(a: set[str], b: set[str]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def content_terms(text: str) -> list[str]:
+    """The query's distinct non-stop-word tokens, in order (all tokens if only stop words)."""
+    ordered = list(dict.fromkeys(token_list(text)))
+    kept = [term for term in ordered if term not in STOP_WORDS]
+    return kept or ordered
+
+
+def fts_query(text: str, max_terms: int = 32) -> str:
+    """An FTS5 MATCH expression: the query's content terms OR-ed, each quoted (no syntax leaks)."""
+    terms = content_terms(text)[:max_terms]
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def score_fusion(
+    semantic: dict[int, float], keyword: dict[int, float], keyword_weight: float = 0.5
+) -> dict[int, float]:
+    """Fuse cosine similarities and BM25 scores after normalising each to 0..1.
+
+    Similarities are min-max scaled over the union of candidates (a candidate without a
+    vector counts as the minimum); BM25 scores are divided by the best one (no match = 0).
+    """
+    ids = set(semantic) | set(keyword)
+    if not ids:
+        return {}
+    low = min(semantic.values(), default=0.0)
+    span = max(semantic.values(), default=0.0) - low
+    best_keyword = max(keyword.values(), default=0.0)
+    fused: dict[int, float] = {}
+    for item in ids:
+        sim = (semantic.get(item, low) - low) / span if span > 0 else 0.0
+        kw = keyword.get(item, 0.0) / best_keyword if best_keyword > 0 else 0.0
+        fused[item] = keyword_weight * kw + (1.0 - keyword_weight) * sim
+    return fused

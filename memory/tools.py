@@ -1,0 +1,170 @@
+"""The memory tools the model can call: AGENTS.md read/write and structured-memory search/edit."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ToolError
+from core.tools import Tool
+from memory.files import SCOPES
+from memory.service import Access, MemoryService
+from memory.store import CATEGORIES, MemoryInputError
+
+if TYPE_CHECKING:
+    from core.turn import TurnContext
+
+MAX_SEARCH_K = 50
+
+
+def access_of(turn: TurnContext) -> Access:
+    return Access(turn.chat, turn.is_control_chat)
+
+
+def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
+    value = args.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ToolError(f"`{name}` must be a non-empty string")
+    return value
+
+
+def int_arg(args: dict[str, Any], name: str, default: int | None = None) -> int:
+    value = args.get(name, default)
+    if isinstance(value, str) and value.strip().lstrip("#").isdigit():
+        value = int(value.strip().lstrip("#"))
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ToolError(f"`{name}` must be an integer")
+    return value
+
+
+def scope_arg(args: dict[str, Any]) -> str:
+    scope = text_arg(args, "scope").strip().lower()
+    if scope not in SCOPES:
+        raise ToolError(f"`scope` must be one of {', '.join(SCOPES)}")
+    return scope
+
+
+class MemoryTools:
+    def __init__(self, service: MemoryService) -> None:
+        self.service = service
+
+    async def read_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        scope = scope_arg(args)
+        text = self.service.files.read(scope, turn.chat.channel, turn.chat.external_chat_id)
+        return text or f"(the {scope} AGENTS.md is empty)"
+
+    async def write_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        scope = scope_arg(args)
+        content = text_arg(args, "content", required=False)
+        if scope != "chat" and not turn.is_control_chat:
+            raise ToolError(f"only a control chat may write the {scope} AGENTS.md")
+        files, chat = self.service.files, turn.chat
+        if args.get("append"):
+            old = files.read(scope, chat.channel, chat.external_chat_id).rstrip("\n")
+            content = f"{old}\n{content}" if old else content
+        try:
+            files.write(scope, chat.channel, chat.external_chat_id, content)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
+        return f"saved the {scope} AGENTS.md ({len(content)} chars)"
+
+    async def search(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        await self.service.ensure_embedder()
+        query = text_arg(args, "query")
+        k = min(max(int_arg(args, "k", 5), 1), MAX_SEARCH_K)
+        ranked = self.service.rank(turn.chat.id, query, k)
+        if not ranked:
+            return "no matching memories"
+        return "\n".join(
+            f"#{item.memory.id} {item.memory.line()}"
+            + (" (global)" if item.memory.chat_id is None else "")
+            for item in ranked
+        )
+
+    async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        await self.service.ensure_embedder()
+        content = text_arg(args, "content")
+        category = text_arg(args, "category", required=False) or "KNOWLEDGE"
+        try:
+            memory_id = self.service.store.add(turn.chat.id, content, category, source="tool")
+        except MemoryInputError as exc:
+            raise ToolError(str(exc)) from exc
+        return f"saved memory #{memory_id}"
+
+    async def update(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        await self.service.ensure_embedder()
+        memory = self.service.owned(access_of(turn), int_arg(args, "id"))
+        try:
+            self.service.store.update(memory.id, text_arg(args, "content"))
+        except MemoryInputError as exc:
+            raise ToolError(str(exc)) from exc
+        return f"updated memory #{memory.id}"
+
+    async def delete(self, turn: TurnContext, args: dict[str, Any]) -> str:
+        memory = self.service.owned(access_of(turn), int_arg(args, "id"))
+        self.service.plain_store.delete(memory.id)
+        return f"deleted memory #{memory.id}"
+
+    def tools(self) -> list[Tool]:
+        return self._file_tools() + self._structured_tools()
+
+    def _file_tools(self) -> list[Tool]:
+        scope = {"type": "string", "enum": list(SCOPES)}
+        return [
+            Tool(
+                "read_memory",
+                "Read an AGENTS.md note file (global, channel or chat scope).",
+                self.read_memory,
+                _schema({"scope": scope}, ["scope"]),
+            ),
+            Tool(
+                "write_memory",
+                "Replace (or with append=true extend) an AGENTS.md note file. Only control "
+                "chats may write the global and channel scopes.",
+                self.write_memory,
+                _schema(
+                    {"scope": scope, "content": {"type": "string"}, "append": {"type": "boolean"}},
+                    ["scope", "content"],
+                ),
+            ),
+        ]
+
+    def _structured_tools(self) -> list[Tool]:
+        memory_id = {"type": "integer", "description": "the memory's id (#N)"}
+        return [
+            Tool(
+                "structured_memory_search",
+                "Search this chat's remembered facts; returns `#id [CATEGORY] text` lines.",
+                self.search,
+                _schema({"query": {"type": "string"}, "k": {"type": "integer"}}, ["query"]),
+            ),
+            Tool(
+                "structured_memory_add",
+                "Remember a new fact about this chat.",
+                self.add,
+                _schema(
+                    {
+                        "content": {"type": "string"},
+                        "category": {"type": "string", "enum": list(CATEGORIES)},
+                    },
+                    ["content"],
+                ),
+            ),
+            Tool(
+                "structured_memory_update",
+                "Correct a remembered fact by id.",
+                self.update,
+                _schema({"id": memory_id, "content": {"type": "string"}}, ["id", "content"]),
+            ),
+            Tool(
+                "structured_memory_delete",
+                "Forget a remembered fact by id.",
+                self.delete,
+                _schema({"id": memory_id}, ["id"]),
+            ),
+        ]
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required}
