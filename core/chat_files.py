@@ -20,8 +20,8 @@ def safe_path_part(text: str) -> str:
     stay, every other character becomes its UTF-8 bytes as `%XX` (no `.`, separator or NUL
     survives). Longer than 96 chars: a 48-char prefix, `~` and a SHA-256 digest.
 
-    The same encoding as `memory.files.safe_segment`, so a chat's AGENTS.md, stored tool
-    results and compaction archive share one directory.
+    `memory.files` uses it too, so a chat's AGENTS.md, stored tool results and compaction
+    archive share one directory.
     """
     encoded = "".join(
         char if _SAFE.fullmatch(char) else "".join(f"%{b:02X}" for b in char.encode("utf-8"))

@@ -6,42 +6,29 @@ reversible, separator-free encoding of them (`safe_segment`); nothing can leave 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.chat_files import safe_path_part
 from core.context import clip_middle
 from core.extensions import ContextSection
 
 FILE_NAME = "AGENTS.md"
 SCOPES = ("global", "channel", "chat")
 MAX_WRITE_CHARS = 200_000
-MAX_SEGMENT_CHARS = 96
 MIN_SECTION_CHARS = 400  # below this a clipped block says little (and its marker could overrun)
 SCOPE_PRIORITY = {"global": 70, "channel": 65, "chat": 80}
 
-_SAFE = re.compile(r"[A-Za-z0-9_-]")
-
 
 def safe_segment(name: str) -> str:
-    """A file-name-safe, collision-free encoding of `name` (percent-encoded UTF-8 bytes).
+    """A file-name-safe, collision-free encoding of `name` (see `core.chat_files`).
 
     Letters, digits, `_` and `-` stay; everything else (`.`, `/`, `\\`, `%`, NUL, …)
-    becomes `%XX`, so no `..`, separator or absolute path survives. Very long names are
-    shortened to a prefix plus a SHA-256 digest.
+    becomes `%XX`, so no `..`, separator or absolute path survives. The chat's AGENTS.md,
+    stored tool results and compaction archive share one directory this way.
     """
-    encoded = "".join(
-        char if _SAFE.fullmatch(char) else "".join(f"%{b:02X}" for b in char.encode("utf-8"))
-        for char in name
-    )
-    if not encoded:
-        return "%00"
-    if len(encoded) > MAX_SEGMENT_CHARS:
-        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
-        encoded = f"{encoded[:48]}~{digest}"
-    return encoded
+    return safe_path_part(name)
 
 
 @dataclass(frozen=True)
