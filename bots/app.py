@@ -53,9 +53,11 @@ async def run_platform(
     runtime: Runtime, channels: list[Channel], services: list[Service] | None = None
 ) -> None:
     """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly."""
-    services = services if services is not None else [
-        service for extension in runtime.agent.extensions for service in extension.services()
-    ]
+    services = (
+        services
+        if services is not None
+        else [service for extension in runtime.agent.extensions for service in extension.services()]
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -41,10 +41,18 @@ pass_context = click.make_pass_decorator(Context)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
-              help="Config file (default: $MNEMO_CONFIG, else ./config.toml if present).")
-@click.option("--log-level", default=None,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Config file (default: $MNEMO_CONFIG, else ./config.toml if present).",
+)
+@click.option(
+    "--log-level",
+    default=None,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 @click.version_option(package_name="mnemo")
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
@@ -141,8 +149,12 @@ async def _doctor_checks(context: Context) -> list[Check]:
         checks.append(
             Check("sqlite-vec", True, f"loaded {info.vec_version}")
             if info.vec_loaded
-            else Check("sqlite-vec", False, f"not loaded ({info.vec_error}); "
-                   "memory ranking uses keywords only", fatal=False)
+            else Check(
+                "sqlite-vec",
+                False,
+                f"not loaded ({info.vec_error}); memory ranking uses keywords only",
+                fatal=False,
+            )
         )
         try:
             models = await runtime.llm.ping()

@@ -13,8 +13,18 @@ from core.llm import OpenAILLM
 from core.store import SessionStore
 from core.turn import Agent
 
-HTTP_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai", "telegram", "discord",
-                "apscheduler", "sentence_transformers", "urllib3")
+HTTP_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "openai",
+    "telegram",
+    "discord",
+    "apscheduler",
+    "sentence_transformers",
+    "urllib3",
+)
 
 
 @dataclass

@@ -1,14 +1,14 @@
 """Mnemo's exception hierarchy.
 
-    MnemoError
-    ├── ConfigError          invalid or unreadable configuration
-    ├── StorageError         database or migration failure
-    ├── LLMError             the model could not give a usable answer
-    │   ├── LLMTimeout       no answer within [llm] timeout_s (after retries)
-    │   ├── LLMUnavailable   connection refused, 429 or 5xx after retries
-    │   ├── ContextOverflow  the provider says the request is larger than its window
-    │   └── LLMBadResponse   the answer could not be parsed
-    └── ToolError            a tool was called with bad arguments or failed
+MnemoError
+├── ConfigError          invalid or unreadable configuration
+├── StorageError         database or migration failure
+├── LLMError             the model could not give a usable answer
+│   ├── LLMTimeout       no answer within [llm] timeout_s (after retries)
+│   ├── LLMUnavailable   connection refused, 429 or 5xx after retries
+│   ├── ContextOverflow  the provider says the request is larger than its window
+│   └── LLMBadResponse   the answer could not be parsed
+└── ToolError            a tool was called with bad arguments or failed
 """
 
 from __future__ import annotations

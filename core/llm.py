@@ -105,7 +105,9 @@ class OpenAILLM:
         except openai.APITimeoutError as exc:
             raise LLMTimeout(f"the model did not answer within {self.config.timeout_s:g}s") from exc
         except openai.APIConnectionError as exc:
-            raise LLMUnavailable(f"cannot reach the model server at {self.config.base_url}") from exc
+            raise LLMUnavailable(
+                f"cannot reach the model server at {self.config.base_url}"
+            ) from exc
         except openai.APIStatusError as exc:
             detail = _error_detail(exc)
             if exc.status_code in (400, 413) and is_overflow_message(detail):

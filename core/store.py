@@ -111,9 +111,7 @@ class SessionStore:
                 " WHERE channel = ? AND external_chat_id = ?",
                 (channel, external_chat_id),
             ).fetchone()
-            self.conn.execute(
-                "INSERT OR IGNORE INTO sessions (chat_id) VALUES (?)", (row[0],)
-            )
+            self.conn.execute("INSERT OR IGNORE INTO sessions (chat_id) VALUES (?)", (row[0],))
         return Chat(row[0], row[1], row[2], row[3] or "", row[4])
 
     def find_chat(self, channel: str, external_chat_id: str) -> Chat | None:
@@ -173,9 +171,7 @@ class SessionStore:
         ).fetchall()
         return [_message(row) for row in rows]
 
-    def messages_between(
-        self, chat_id: int, after_id: int, limit: int
-    ) -> list[StoredMessage]:
+    def messages_between(self, chat_id: int, after_id: int, limit: int) -> list[StoredMessage]:
         """Up to `limit` messages of the chat newer than `after_id`, oldest first."""
         rows = self.conn.execute(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ?"

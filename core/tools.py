@@ -24,9 +24,7 @@ class Tool:
     name: str
     description: str
     function: ToolFunction
-    parameters: dict[str, Any] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
     def schema(self) -> dict[str, Any]:
         return {

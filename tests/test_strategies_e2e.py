@@ -1,4 +1,4 @@
-"""End to end: the reflector proposes a strategy, tags it helpful twice, and it reaches a request."""
+"""End to end: the reflector proposes a strategy, tags it helpful twice, it reaches a request."""
 
 from __future__ import annotations
 

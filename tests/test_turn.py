@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from bots.runtime import Runtime
 from core.events import Inbound
 from core.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 
 
-def inbound(text: str, chat_id: str = "alice", **kwargs: object) -> Inbound:
-    return Inbound("terminal", chat_id, text, sender_id="u1", sender_name="Alice", **kwargs)  # type: ignore[arg-type]
+def inbound(text: str, chat_id: str = "alice", **kwargs: Any) -> Inbound:
+    return Inbound("terminal", chat_id, text, sender_id="u1", sender_name="Alice", **kwargs)
 
 
 def stored(runtime: Runtime, chat_id: str = "alice") -> list[tuple[str, str]]:
@@ -19,7 +20,9 @@ def stored(runtime: Runtime, chat_id: str = "alice") -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in runtime.store.history(chat.id)]
 
 
-async def test_two_turn_conversation_is_stored(runtime: Runtime, fake_llm: FakeOpenAIServer) -> None:
+async def test_two_turn_conversation_is_stored(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
     fake_llm.add(FakeReply("Hello Alice."), FakeReply("You said your name."))
     first = await runtime.dispatcher(inbound("hi, I'm Alice"))
     second = await runtime.dispatcher(inbound("what did I say?"))
