@@ -7,8 +7,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import openai
-
 from core.config import LLMConfig
 from core.errors import ContextOverflow, LLMBadResponse, LLMTimeout, LLMUnavailable
 
@@ -73,6 +71,8 @@ class OpenAILLM:
     """`LLM` over the `openai` package's `AsyncOpenAI` (retries and backoff are the client's)."""
 
     def __init__(self, config: LLMConfig) -> None:
+        import openai  # here, not at module level: importing it takes a second
+
         self.config = config
         self.model = config.model
         self.client = openai.AsyncOpenAI(
@@ -99,6 +99,8 @@ class OpenAILLM:
             params["tools"] = tools
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
+        import openai
+
         started = time.monotonic()
         try:
             response = await self.client.chat.completions.create(**params)
@@ -119,6 +121,8 @@ class OpenAILLM:
 
     async def ping(self) -> str:
         """List the server's models; raise an `LLMError` if it cannot be reached."""
+        import openai
+
         try:
             page = await self.client.with_options(max_retries=0, timeout=5).models.list()
         except openai.APIStatusError as exc:
@@ -129,7 +133,8 @@ class OpenAILLM:
         return ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
 
 
-def _error_detail(exc: openai.APIStatusError) -> str:
+def _error_detail(exc: Any) -> str:
+    """The server's error message from an `openai.APIStatusError`."""
     body = exc.body
     if isinstance(body, dict):
         inner = body.get("error", body)
