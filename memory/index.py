@@ -1,8 +1,12 @@
 """The derived indexes of `memories`: the FTS5 keyword index and the sqlite-vec vector index.
 
-Both are rebuildable from `memories`. The vector table `memories_vec` is created here (not
-in a migration) because it needs sqlite-vec and the embedding dimension; the model and
-dimension it holds are recorded in `memory_index_meta`, and a change drops and recreates it.
+Both are rebuildable from `memories`. The vector index is created here (not in a migration)
+because it needs sqlite-vec and the embedding dimension: `memories_vec` (vec0) holds each
+vector's binary code (one bit per dimension, Hamming KNN, partitioned by chat scope) and
+`memories_vec_float` the float32 vector; a query takes the nearest binary codes and re-scores
+them exactly with the floats (measured ~5x faster than a float vec0 KNN on 9,000 vectors,
+same results). The model, dimension and layout are recorded in `memory_index_meta`; a
+change of any drops and recreates the index, and the memories are embedded again.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ import logging
 import struct
 from collections.abc import Sequence
 
-from core.db import Connection
+from core.db import Connection, transaction
 from memory.ranking import token_list
 
 logger = logging.getLogger(__name__)
 
-VEC_TABLE = "memories_vec"
+VEC_TABLE = "memories_vec"  # vec0: binary codes of the vectors, partitioned by chat scope
+FLOAT_TABLE = "memories_vec_float"  # the float32 vectors, for exact re-scoring
+LAYOUT = "2"  # 1: float vec0 KNN; 2: binary vec0 KNN + exact float re-scoring
+RESCORE_MIN = 100  # binary candidates re-scored exactly, at least ...
+RESCORE_FACTOR = 1  # ... and as many as wanted results (vec0 KNN cost grows with k)
 GLOBAL_SCOPE = 0  # the vector table's `chat` value (and `c0` FTS scope) for global memories
 
 
@@ -48,7 +56,7 @@ def unindex(conn: Connection, memory_id: int) -> None:
     """Remove a memory from both indexes (archived or deleted memories are never candidates)."""
     conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
     if conn.info.vec_loaded and vector_table_exists(conn):
-        conn.execute(f"DELETE FROM {VEC_TABLE} WHERE memory_id = ?", (memory_id,))
+        drop_vector(conn, memory_id)
 
 
 def rebuild_keywords(conn: Connection) -> int:
@@ -61,32 +69,72 @@ def rebuild_keywords(conn: Connection) -> int:
 
 
 def vector_table_exists(conn: Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (VEC_TABLE,)
+    """Whether both tables of the vector index exist."""
+    rows = conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+        (VEC_TABLE, FLOAT_TABLE),
     ).fetchone()
-    return row is not None
+    return int(rows[0]) == 2
+
+
+def _meta(conn: Connection) -> dict[str, str]:
+    return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM memory_index_meta")}
 
 
 def vector_index_model(conn: Connection) -> tuple[str, int] | None:
     """The (model name, dimension) the vector table was built for, if any."""
-    rows = dict(conn.execute("SELECT key, value FROM memory_index_meta").fetchall())
+    rows = _meta(conn)
     if "embedding_model" not in rows or "embedding_dim" not in rows:
         return None
-    return str(rows["embedding_model"]), int(rows["embedding_dim"])
+    return rows["embedding_model"], int(rows["embedding_dim"])
+
+
+def vector_index_ready(conn: Connection, model_name: str, dim: int) -> bool:
+    """Whether the vector index exists in the current layout for this model and dimension."""
+    rows = _meta(conn)
+    return (
+        rows.get("embedding_model") == model_name
+        and rows.get("embedding_dim") == str(int(dim))
+        and rows.get("vector_layout") == LAYOUT
+        and vector_table_exists(conn)
+    )
 
 
 def ensure_vector_table(conn: Connection, model_name: str, dim: int) -> bool:
-    """Make `memories_vec` hold vectors of `model_name`/`dim`; True when it was (re)created.
+    """Make the vector index hold vectors of `model_name`/`dim`; True when it was (re)created.
 
-    A different recorded model or dimension drops the table and marks every memory as
-    unembedded, so vectors of two models are never mixed. Needs sqlite-vec.
+    A different recorded model, dimension or index layout drops the tables and marks every
+    memory as unembedded, so vectors of two models or layouts are never mixed. Needs
+    sqlite-vec.
     """
     if not conn.info.vec_loaded:
         return False
-    if vector_index_model(conn) == (model_name, dim) and vector_table_exists(conn):
+    if vector_index_ready(conn, model_name, dim):
         return False
-    previous = vector_index_model(conn)
-    if previous is not None:
+    _warn_rebuild(vector_index_model(conn), _meta(conn).get("vector_layout", "1"), model_name, dim)
+    with transaction(conn):
+        conn.execute(f"DROP TABLE IF EXISTS {VEC_TABLE}")
+        conn.execute(f"DROP TABLE IF EXISTS {FLOAT_TABLE}")
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {VEC_TABLE} USING vec0("
+            f" memory_id INTEGER PRIMARY KEY, chat INTEGER partition key, bits BIT[{int(dim)}])"
+        )
+        conn.execute(
+            f"CREATE TABLE {FLOAT_TABLE} (memory_id INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO memory_index_meta (key, value) VALUES"
+            " ('embedding_model', ?), ('embedding_dim', ?), ('vector_layout', ?)",
+            (model_name, str(int(dim)), LAYOUT),
+        )
+        conn.execute("UPDATE memories SET embedding_model = NULL")
+    return True
+
+
+def _warn_rebuild(previous: tuple[str, int] | None, layout: str, model_name: str, dim: int) -> None:
+    if previous is None:
+        return
+    if previous != (model_name, dim):
         logger.warning(
             "embedding model changed from %s (%d dims) to %s (%d dims); rebuilding the "
             "vector index",
@@ -95,19 +143,12 @@ def ensure_vector_table(conn: Connection, model_name: str, dim: int) -> bool:
             model_name,
             dim,
         )
-    conn.execute(f"DROP TABLE IF EXISTS {VEC_TABLE}")
-    conn.execute(
-        f"CREATE VIRTUAL TABLE {VEC_TABLE} USING vec0("
-        f" memory_id INTEGER PRIMARY KEY, chat INTEGER,"
-        f" embedding FLOAT[{int(dim)}] distance_metric=cosine)"
-    )
-    conn.execute(
-        "INSERT OR REPLACE INTO memory_index_meta (key, value) VALUES"
-        " ('embedding_model', ?), ('embedding_dim', ?)",
-        (model_name, str(int(dim))),
-    )
-    conn.execute("UPDATE memories SET embedding_model = NULL")
-    return True
+    else:
+        logger.warning(
+            "vector index layout changed from %s to %s; rebuilding the vector index",
+            layout,
+            LAYOUT,
+        )
 
 
 def pack_vector(vector: Sequence[float]) -> bytes:
@@ -117,11 +158,53 @@ def pack_vector(vector: Sequence[float]) -> bytes:
 def store_vector(
     conn: Connection, memory_id: int, chat_id: int | None, vector: Sequence[float]
 ) -> None:
-    conn.execute(f"DELETE FROM {VEC_TABLE} WHERE memory_id = ?", (memory_id,))
+    blob = pack_vector(vector)
+    drop_vector(conn, memory_id)
     conn.execute(
-        f"INSERT INTO {VEC_TABLE} (memory_id, chat, embedding) VALUES (?, ?, ?)",
-        (memory_id, scope_of(chat_id), pack_vector(vector)),
+        f"INSERT INTO {VEC_TABLE} (memory_id, chat, bits) VALUES (?, ?, vec_quantize_binary(?))",
+        (memory_id, scope_of(chat_id), blob),
     )
+    conn.execute(
+        f"INSERT INTO {FLOAT_TABLE} (memory_id, embedding) VALUES (?, ?)", (memory_id, blob)
+    )
+
+
+def drop_vector(conn: Connection, memory_id: int) -> None:
+    conn.execute(f"DELETE FROM {VEC_TABLE} WHERE memory_id = ?", (memory_id,))
+    conn.execute(f"DELETE FROM {FLOAT_TABLE} WHERE memory_id = ?", (memory_id,))
+
+
+def clear_vectors(conn: Connection) -> None:
+    conn.execute(f"DELETE FROM {VEC_TABLE}")
+    conn.execute(f"DELETE FROM {FLOAT_TABLE}")
+
+
+def candidates(
+    conn: Connection, scopes: Sequence[int], vector: Sequence[float], count: int
+) -> list[int]:
+    """Ids of the `count` nearest binary codes (Hamming distance) within `scopes`.
+
+    `chat` is the vec0 partition key, so each scope is its own KNN over its partition.
+    """
+    blob = pack_vector(vector)
+    found: list[tuple[float, int]] = []
+    for scope in dict.fromkeys(scopes):
+        found.extend(
+            (float(row[1]), int(row[0]))
+            for row in conn.execute(
+                f"SELECT memory_id, distance FROM {VEC_TABLE}"
+                " WHERE bits MATCH vec_quantize_binary(?) AND k = ? AND chat = ?",
+                (blob, count, scope),
+            )
+        )
+    if len(scopes) > 1:
+        found.sort()
+    return [memory_id for _, memory_id in found[:count]]
+
+
+def rescore_count(k: int) -> int:
+    """How many binary candidates are re-scored exactly for `k` results."""
+    return max(RESCORE_MIN, RESCORE_FACTOR * k)
 
 
 def nearest(
@@ -129,36 +212,37 @@ def nearest(
 ) -> list[tuple[int, float]]:
     """(memory id, cosine distance) of the `k` nearest vectors within `scopes`, nearest first.
 
-    The chat filter is a vec0 metadata constraint, applied inside the KNN scan.
+    Binary codes pick max(RESCORE_MIN, RESCORE_FACTOR * k) candidates, then their float
+    vectors are scored exactly (on LoCoMo the same top results as an exact float KNN).
     """
-    marks = ", ".join("?" for _ in scopes)
-    rows = conn.execute(
-        f"SELECT memory_id, distance FROM {VEC_TABLE}"
-        f" WHERE embedding MATCH ? AND k = ? AND chat IN ({marks}) ORDER BY distance",
-        (pack_vector(vector), k, *scopes),
-    ).fetchall()
-    return [(int(row[0]), float(row[1])) for row in rows]
+    count = rescore_count(k)
+    scored = similarities(conn, vector, candidates(conn, scopes, vector, count))
+    best = sorted(scored.items(), key=lambda item: -item[1])[:k]
+    return [(memory_id, 1.0 - sim) for memory_id, sim in best]
 
 
 def similarities(
     conn: Connection, vector: Sequence[float], memory_ids: Sequence[int]
 ) -> dict[int, float]:
-    """Cosine similarity of `vector` (unit length) to each listed memory that has a vector."""
+    """Cosine similarity of `vector` to each listed memory that has a vector."""
     if not memory_ids:
         return {}
     import numpy as np
 
     ids: list[int] = []
     blobs: list[bytes] = []
-    for memory_id in memory_ids:  # vec0 answers primary-key lookups directly
-        row = conn.execute(
-            f"SELECT embedding FROM {VEC_TABLE} WHERE memory_id = ?", (memory_id,)
-        ).fetchone()
-        if row is not None:
-            ids.append(memory_id)
-            blobs.append(row[0])
+    for start in range(0, len(memory_ids), 900):
+        chunk = tuple(memory_ids[start : start + 900])
+        marks = ", ".join("?" * len(chunk))
+        for memory_id, blob in conn.execute(
+            f"SELECT memory_id, embedding FROM {FLOAT_TABLE} WHERE memory_id IN ({marks})", chunk
+        ):
+            ids.append(int(memory_id))
+            blobs.append(blob)
     if not ids:
         return {}
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
-    sims = matrix @ np.asarray(vector, dtype=np.float32)
-    return {memory_id: float(sim) for memory_id, sim in zip(ids, sims, strict=True)}
+    query = np.asarray(vector, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
+    sims = (matrix @ query) / np.where(norms > 0, norms, 1.0)
+    return dict(zip(ids, sims.tolist(), strict=True))

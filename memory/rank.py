@@ -49,9 +49,9 @@ def effective_mode(conn: Connection, mode: str, embedder: Embedder | None) -> st
 
 
 def vectors_usable(conn: Connection, embedder: Embedder | None) -> bool:
-    if embedder is None or not conn.info.vec_loaded or not index.vector_table_exists(conn):
+    if embedder is None or not conn.info.vec_loaded:
         return False
-    return index.vector_index_model(conn) == (embedder.model_name, embedder.dim)
+    return index.vector_index_ready(conn, embedder.model_name, embedder.dim)
 
 
 def _warn_fallback(mode: str, conn: Connection, embedder: Embedder | None) -> None:
@@ -119,10 +119,14 @@ def _hybrid(
     conn: Connection, chat_id: int | None, query: str, depth: int, embedder: Embedder
 ) -> list[tuple[int, float]]:
     vector = embedder.embed([query])[0]
-    semantic = dict(knn_ids(conn, chat_id, vector, depth))
     keyword = dict(bm25_ids(conn, chat_id, query, depth))
-    missing = [mid for mid in keyword if mid not in semantic]
-    semantic.update(index.similarities(conn, vector, missing))
+    # One exact scoring pass over the binary KNN candidates and the keyword hits: the
+    # semantic side is the `depth` most similar candidates plus every keyword hit.
+    found = index.candidates(conn, _scopes(chat_id), vector, index.rescore_count(depth))
+    sims = index.similarities(conn, vector, list(dict.fromkeys([*found, *keyword])))
+    nearest = sorted((sims[mid], mid) for mid in found if mid in sims)[-depth:]
+    semantic = {mid: sim for sim, mid in nearest}
+    semantic.update((mid, sims[mid]) for mid in keyword if mid in sims)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
     return sorted(fused.items(), key=lambda item: -item[1])
 
@@ -160,20 +164,33 @@ def rank_memories(
 def _finish(
     store: MemoryStore, chat_id: int | None, scored: Sequence[tuple[int, float]], k: int
 ) -> list[RankedMemory]:
-    memories = store.by_ids([mid for mid, _ in scored])
-    ranked = [
-        RankedMemory(memories[mid], score)
-        for mid, score in scored
-        if mid in memories and _candidate(memories[mid], chat_id)
-    ]
+    """The best `k` candidates, reading only the rows that can make the cut.
+
+    `scored` is best first. Rows are read in growing prefixes that always end on a score
+    change, so recency can break every tie at the cut; expired rows just extend the read.
+    """
+    ranked: list[RankedMemory] = []
+    start, now = 0, _now()
+    while start < len(scored) and len(ranked) < k:
+        end = min(len(scored), start + max(k - len(ranked), 1) + k // 2)
+        while end < len(scored) and scored[end][1] == scored[end - 1][1]:
+            end += 1
+        chunk = scored[start:end]
+        memories = store.by_ids([mid for mid, _ in chunk])
+        ranked.extend(
+            RankedMemory(memories[mid], score)
+            for mid, score in chunk
+            if mid in memories and _candidate(memories[mid], chat_id, now)
+        )
+        start = end
     ranked.sort(key=lambda r: (r.score, r.memory.last_seen_at, r.memory.id), reverse=True)
     return ranked[:k]
 
 
-def _candidate(memory: Memory, chat_id: int | None) -> bool:
+def _candidate(memory: Memory, chat_id: int | None, now: str) -> bool:
     if memory.archived or memory.chat_id not in (chat_id, None):
         return False
-    return memory.expires_at is None or memory.expires_at > _now()
+    return memory.expires_at is None or memory.expires_at > now
 
 
 def _now() -> str:

@@ -217,9 +217,7 @@ class MemoryStore:
             if vector is not None:
                 self._write_vector(memory_id, memory.chat_id, vector)
             elif index.vector_table_exists(self.conn) and self.conn.info.vec_loaded:
-                self.conn.execute(
-                    f"DELETE FROM {index.VEC_TABLE} WHERE memory_id = ?", (memory_id,)
-                )
+                index.drop_vector(self.conn, memory_id)
 
     def touch(self, memory_id: int, confidence: float | None = None) -> None:
         """Mark a memory as seen again now (optionally with a new confidence)."""
@@ -369,7 +367,7 @@ class MemoryStore:
         with transaction(self.conn):
             index.rebuild_keywords(self.conn)
             if self._vector_model() is not None:
-                self.conn.execute(f"DELETE FROM {index.VEC_TABLE}")
+                index.clear_vectors(self.conn)
                 self.conn.execute("UPDATE memories SET embedding_model = NULL")
         total = 0
         while True:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,12 @@ from core.config import Config, load_config
 from core.fake_openai import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The exported ONNX model is cached per test session, not in the user's ~/.cache;
+# subprocesses started by `run_mnemo` inherit it.
+_CACHE = tempfile.mkdtemp(prefix="mnemo-test-cache-")
+os.environ["MNEMO_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 MNEMO = [sys.executable, "-m", "bots.cli"]
 
 
@@ -62,7 +71,9 @@ def run_mnemo(
     args: list[str], config_path: Path, stdin: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """Run the real `mnemo` CLI in a subprocess (a new process on the same data dir)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MNEMO_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OPENAI_") and k != "MNEMO_CONFIG"
+    }
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [*MNEMO, "--config", str(config_path), *args],
