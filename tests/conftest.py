@@ -67,20 +67,40 @@ def write_config(path: Path, base_url: str, data_dir: Path, extra: str = "") -> 
     return path
 
 
+def mnemo_env() -> dict[str, str]:
+    """The environment for a `mnemo` subprocess: no secrets or config from the caller's shell."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "TELEGRAM_", "DISCORD_")) and k != "MNEMO_CONFIG"
+    }
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
 def run_mnemo(
     args: list[str], config_path: Path, stdin: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """Run the real `mnemo` CLI in a subprocess (a new process on the same data dir)."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("OPENAI_") and k != "MNEMO_CONFIG"
-    }
-    env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [*MNEMO, "--config", str(config_path), *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=mnemo_env(),
         cwd=config_path.parent,
+    )
+
+
+def start_mnemo(args: list[str], config_path: Path, cwd: Path) -> subprocess.Popen[str]:
+    """Start a long-running `mnemo` command (e.g. `run`); the caller stops it."""
+    return subprocess.Popen(
+        [*MNEMO, "--config", str(config_path), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=mnemo_env(),
+        cwd=cwd,
     )

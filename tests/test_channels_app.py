@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from bots.telegram import TelegramChannel
 from core.config import load_config
 from core.errors import ConfigError
 from core.fake_openai import FakeOpenAIServer
-from tests.conftest import MNEMO, REPO, write_config
+from tests.conftest import start_mnemo, write_config
 from tests.fake_telegram import FakeTelegramServer, user
 
 
@@ -56,21 +54,7 @@ def test_mnemo_run_serves_telegram_until_sigterm(
             f'[telegram]\ntoken = "1:TEST"\napi_base_url = "{tg.base_url}"\n'
         )
         config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "d", extra)
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("OPENAI_", "MNEMO_", "TELEGRAM_", "DISCORD_"))
-        }
-        env["PYTHONPATH"] = str(REPO)
-        process = subprocess.Popen(
-            [*MNEMO, "--config", str(config), "run"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tmp_path,
-        )
+        process = start_mnemo(["run"], config, tmp_path)
         try:
             tg.wait_for(lambda server: bool(server.sent("getUpdates")), timeout=120)
             chat = {"id": 55, "type": "private", "first_name": "Eve"}

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +14,7 @@ import pytest
 from core.db import connect
 from core.fake_openai import FakeOpenAIServer, FakeReply
 from core.store import NewMessage, SessionStore
-from tests.conftest import MNEMO, REPO, run_mnemo, write_config
+from tests.conftest import run_mnemo, start_mnemo, write_config
 
 # Subprocesses skip the 5-second model load: dedup falls back to keywords there.
 NO_MODEL = '[memory]\nembedding_model = "/nonexistent/model"\n'
@@ -99,17 +97,7 @@ def test_the_scheduler_really_fires(
     extra = "[reflector]\ninterval_mins = 0.01\n[terminal]\nenabled = false\n"
     config, db = setup(tmp_path, fake_llm, extra)
     fake_llm.responder = facts_reply("Alice volunteers at the animal shelter.")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MNEMO_"))}
-    env["PYTHONPATH"] = str(REPO)
-    process = subprocess.Popen(
-        [*MNEMO, "--config", str(config), *command],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
+    process = start_mnemo(command, config, tmp_path)
     try:
         deadline = time.monotonic() + 90
         while count(db, "SELECT count(*) FROM reflector_runs WHERE ok = 1") == 0:
