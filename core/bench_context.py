@@ -346,6 +346,6 @@ def prefix_command(memory_factory: MemoryFactory | None = None) -> click.Command
         )
         click.echo("mean share of a request equal to the previous request's prefix:")
         for label, key in PREFIX_FIGURES:
-            click.echo(f"  {label:<42} {result[key]:.4f}")
+            click.echo(f"  {label:<44} {result[key]:.4f}")
 
     return bench_prefix
