@@ -142,6 +142,11 @@ def quantized_path(path: Path) -> Path:
     return path.with_suffix(".int8.onnx")
 
 
+def _quiet_quantizer(record: logging.LogRecord) -> bool:
+    """Drop the quantiser's own root-logger advice; every other record passes."""
+    return "onnxruntime" not in record.pathname
+
+
 def quantize(path: Path, target: Path) -> None:
     """Write an int8 copy of the model at `path` (dynamic, per-channel weight quantisation).
 
@@ -153,12 +158,13 @@ def quantize(path: Path, target: Path) -> None:
 
     handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
     os.close(handle)
-    logging.disable(logging.WARNING)  # it advises pre-processing on the root logger
+    root = logging.getLogger()
+    root.addFilter(_quiet_quantizer)  # it advises pre-processing through the root logger
     try:
         quantize_dynamic(path, temporary, weight_type=QuantType.QInt8, per_channel=True)
         os.replace(temporary, target)
     finally:
-        logging.disable(logging.NOTSET)
+        root.removeFilter(_quiet_quantizer)
         if os.path.exists(temporary):
             os.unlink(temporary)
 
