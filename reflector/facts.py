@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from memory.ranking import tokens
+from memory.ranking import content_terms, tokens
 from memory.store import Memory, MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -59,6 +59,11 @@ class FactWriter:
             # The model says this changes `old`; a near-duplicate of it is still a change
             # (Berlin → Munich shares most words) unless the wording is the same.
             duplicate = duplicate if tokens(duplicate.content) == tokens(fact.content) else None
+        if duplicate is not None and not self.memories.vectors_enabled:
+            # Keyword-only, "colour is blue" and "colour is green" share most words: a fact
+            # with a content word the match lacks says something new, so it is kept.
+            new_words = set(content_terms(fact.content)) - set(content_terms(duplicate.content))
+            duplicate = None if new_words else duplicate
         if duplicate is not None:
             self._refresh(duplicate)
             tally.refreshed += 1

@@ -254,6 +254,29 @@ async def test_near_duplicates_refresh_and_supersedes_archive_with_a_link(
     assert f"[id={berlin}] [PROFILE] Alice lives in Berlin." in user_prompt(fake_llm.requests[1])
 
 
+async def test_keyword_only_dedup_keeps_a_fact_with_new_words(
+    reflector: Reflector, fake_llm: FakeOpenAIServer
+) -> None:
+    chat_id, _ = say(reflector, ["My favourite colour is green now"])
+    memories = await reflector.memory_store()
+    assert not memories.vectors_enabled  # Jaccard decides what a near-duplicate is
+    blue = memories.add(chat_id, "Alice's favourite colour is blue.", "PROFILE", source="test")
+    fake_llm.add(
+        facts(
+            ("Alice's favourite colour is green.", "PROFILE"),  # Jaccard 0.75, a new word
+            ("Alice's favourite colour is blue", "PROFILE"),  # the same words: a refresh
+        )
+    )
+    [run] = (await reflector.run_pass()).runs
+    assert (run.added, run.refreshed) == (1, 1)
+    assert [row[0] for row in memory_rows(reflector.conn, chat_id)] == [
+        "Alice's favourite colour is blue.",
+        "Alice's favourite colour is green.",
+    ]
+    kept = memories.get(blue)
+    assert kept is not None and not kept.archived
+
+
 async def test_batches_are_capped_and_taken_oldest_first(
     config: Config, fake_llm: FakeOpenAIServer
 ) -> None:
