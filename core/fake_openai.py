@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from core.loopback import JsonHandler, LoopbackServer
 
 
 @dataclass
@@ -47,7 +48,7 @@ def echo_responder(request: dict[str, Any]) -> FakeReply:
     return FakeReply(content=f"echo: {last}")
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackServer):
     """Start with `with FakeOpenAIServer() as server:`; `server.base_url` ends in /v1."""
 
     def __init__(self, responder: Callable[[dict[str, Any]], FakeReply] = echo_responder) -> None:
@@ -55,22 +56,11 @@ class FakeOpenAIServer:
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler_class())
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def __enter__(self) -> FakeOpenAIServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return f"{self.origin}/v1"
 
     def add(self, *replies: FakeReply) -> None:
         with self._lock:
@@ -83,47 +73,32 @@ class FakeOpenAIServer:
                 return self.script.popleft()
         return self.responder(request)
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[JsonHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path.rstrip("/").endswith("/models"):
                     body = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
-                    self._send(200, json.dumps(body))
+                    self.send_json(200, json.dumps(body))
                 else:
-                    self._send(404, json.dumps({"error": {"message": "not found"}}))
+                    self.send_json(404, json.dumps({"error": {"message": "not found"}}))
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                request = json.loads(self.rfile.read(length) or b"{}")
+                request = json.loads(self.read_body() or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, json.dumps({"error": {"message": "not found"}}))
+                    self.send_json(404, json.dumps({"error": {"message": "not found"}}))
                     return
                 reply = server.next_reply(request)
                 if reply.delay_s:
                     time.sleep(reply.delay_s)
                 if reply.raw_body is not None:
-                    self._send(reply.status, reply.raw_body)
+                    self.send_json(reply.status, reply.raw_body)
                 elif reply.status != 200:
                     error = {"message": reply.error or "fake error", "type": "fake", "code": None}
-                    self._send(reply.status, json.dumps({"error": error}))
+                    self.send_json(reply.status, json.dumps({"error": error}))
                 else:
-                    self._send(200, json.dumps(completion_body(request, reply)))
-
-            def _send(self, status: int, body: str) -> None:
-                data = body.encode("utf-8")
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout test)
+                    self.send_json(200, json.dumps(completion_body(request, reply)))
 
         return Handler
 

@@ -15,7 +15,9 @@ import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core.config import Config, load_config
+from core.db import Connection, connect
 from core.fake_openai import FakeOpenAIServer
+from memory.embeddings import Embedder, load_embedder
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +27,22 @@ _CACHE = tempfile.mkdtemp(prefix="mnemo-test-cache-")
 os.environ["MNEMO_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 MNEMO = [sys.executable, "-m", "bots.cli"]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The bundled all-MiniLM-L6-v2, loaded once for the whole session."""
+    loaded = load_embedder()
+    assert loaded is not None, "the bundled all-MiniLM-L6-v2 must load"
+    return loaded
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[Connection]:
+    """A fresh, migrated database."""
+    connection = connect(tmp_path / "mnemo.db")
+    yield connection
+    connection.close()
 
 
 @pytest.fixture

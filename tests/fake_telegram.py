@@ -14,9 +14,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+
+from core.loopback import JsonHandler, LoopbackServer
 
 BOT_ID = 777000111
 BOT_USERNAME = "mnemo_test_bot"
@@ -46,7 +47,7 @@ def user(user_id: int, first_name: str, username: str = "") -> dict[str, Any]:
 BOT_USER = {"id": BOT_ID, "is_bot": True, "first_name": "Mnemo", "username": BOT_USERNAME}
 
 
-class FakeTelegramServer:
+class FakeTelegramServer(LoopbackServer):
     """Start with `with FakeTelegramServer() as tg:`; pass `tg.base_url` as `api_base_url`."""
 
     def __init__(self) -> None:
@@ -57,29 +58,15 @@ class FakeTelegramServer:
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
         self._changed = threading.Condition()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        super().__init__(self._handler_class(), poll_interval=0.05)
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/bot"
+        return f"{self.origin}/bot"
 
     @property
     def file_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/file/bot"
-
-    def __enter__(self) -> FakeTelegramServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        return f"{self.origin}/file/bot"
 
     # --- scripting -----------------------------------------------------------------
 
@@ -182,27 +169,15 @@ class FakeTelegramServer:
         }
         return 200, {"ok": True, "result": message}
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def _handler_class(self) -> type[JsonHandler]:
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode("utf-8")
+                body = self.read_body().decode("utf-8")
                 method = self.path.rstrip("/").rsplit("/", 1)[-1]
                 status, answer = server.answer(method, _form(body, self.headers))
-                data = json.dumps(answer).encode("utf-8")
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client stopped waiting (polling cancelled at shutdown)
+                self.send_json(status, json.dumps(answer))
 
             do_GET = do_POST
 

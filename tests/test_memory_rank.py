@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,20 +36,6 @@ QUESTIONS = [
     ("When did I visit Kyoto?", "trip"),
     ("What car do I drive?", "car"),
 ]
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    loaded = load_embedder()
-    assert loaded is not None
-    return loaded
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[Connection]:
-    connection = connect(tmp_path / "mnemo.db")
-    yield connection
-    connection.close()
 
 
 def corpus(conn: Connection, embedder: Embedder | None, chat_name: str = "a") -> dict[str, int]:

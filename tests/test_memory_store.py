@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from core.db import Connection, connect, transaction
 from core.store import SessionStore
 from memory import index
-from memory.embeddings import Embedder, load_embedder
+from memory.embeddings import Embedder
 from memory.rank import effective_mode, rank_memories
 from memory.ranking import token_list
 from memory.store import MemoryInputError, MemoryStore
@@ -39,20 +38,6 @@ class HashEmbedder:
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed([text])[0]
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    loaded = load_embedder()
-    assert loaded is not None, "the bundled all-MiniLM-L6-v2 must load"
-    return loaded
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[Connection]:
-    connection = connect(tmp_path / "mnemo.db")
-    yield connection
-    connection.close()
 
 
 def chat(conn: Connection, name: str) -> int:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from core.db import Connection, connect
+from core.db import Connection
 from core.store import SessionStore
 from memory import index
 from memory.rank import effective_mode, rank_memories
@@ -17,13 +15,6 @@ from memory.store import MemoryStore
 from tests.test_memory_store import HashEmbedder
 
 DIM = 64
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[Connection]:
-    connection = connect(tmp_path / "mnemo.db")
-    yield connection
-    connection.close()
 
 
 def random_index(conn: Connection, count: int, seed: int) -> tuple[np.ndarray, list[int]]:

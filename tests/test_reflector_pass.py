@@ -14,16 +14,9 @@ from core.db import Connection, connect
 from core.fake_openai import FakeOpenAIServer, FakeReply
 from core.llm import OpenAILLM
 from core.store import NewMessage, SessionStore
-from memory.embeddings import Embedder, load_embedder
+from memory.embeddings import Embedder
 from memory.store import MemoryStore
 from reflector.reflection import Reflector
-
-
-@pytest.fixture(scope="session")
-def embedder() -> Embedder:
-    loaded = load_embedder()
-    assert loaded is not None
-    return loaded
 
 
 def make_reflector(config: Config, embedder: Embedder | None = None) -> Reflector:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
 from bots.runtime import Runtime
-from core.db import Connection, connect
+from core.db import Connection
 from core.events import Inbound
 from core.fake_openai import FakeOpenAIServer, FakeReply
 from core.store import SessionStore
@@ -15,11 +11,6 @@ from memory.strategies.extension import StrategyExtension
 from memory.strategies.lifecycle import ARCHIVED, PROMOTED, SHADOW
 from memory.strategies.store import StrategyStore
 from reflector.curation import apply_operations, existing_block, parse_operations
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Connection:
-    return connect(tmp_path / "m.db")
 
 
 def chats(conn: Connection) -> tuple[int, int]:
