@@ -39,6 +39,8 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder:
     """A sentence-transformers model behind the `Embedder` protocol (thread-safe)."""
 
+    query_precision = "float32"
+
     def __init__(self, model: Any, model_name: str) -> None:
         self._model = model
         self._lock = threading.Lock()
@@ -47,8 +49,6 @@ class SentenceTransformerEmbedder:
         if dimension is None:  # sentence-transformers < 6
             dimension = model.get_sentence_embedding_dimension
         self.dim = int(dimension())
-
-    query_precision = "float32"
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self._encode(texts)

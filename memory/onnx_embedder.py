@@ -197,12 +197,11 @@ class OnnxEmbedder:
         self.dim = dim
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        session = self._document_session
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
         vectors: list[list[float]] = [[] for _ in texts]
         for start in range(0, len(order), BATCH_SIZE):
             chunk = order[start : start + BATCH_SIZE]
-            encoded = self.encode(session, [texts[i] for i in chunk])
+            encoded = self.encode(self._document_session, [texts[i] for i in chunk])
             for position, row in zip(chunk, encoded, strict=True):
                 vectors[position] = row
         return vectors

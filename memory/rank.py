@@ -1,8 +1,8 @@
 """`rank_memories`: the one retriever. Modes knn (sqlite-vec), bm25 (FTS5), jaccard, hybrid.
 
 Only the chat's own and global memories that are active (not archived, not expired) are
-candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are
-unavailable (no sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
+candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailable (no
+sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
 cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 reads
@@ -12,7 +12,6 @@ a memory's `context` column at CONTEXT_WEIGHT (text around it that helps find it
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,8 +32,8 @@ KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is 
 CONTEXT_WEIGHT = 0.5  # BM25 column weight of a memory's context (its content weighs 1.0)
 
 _warned_fallback = False
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+# Embeds hybrid queries beside the FTS5 search; its threads start at the first query.
+_EMBEDDING_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-embed")
 
 
 @dataclass(frozen=True)
@@ -119,20 +118,12 @@ def jaccard_ids(conn: Connection, chat_id: int | None, query: str) -> list[tuple
     return sorted((item for item in scored if item[1] > 0), key=lambda item: -item[1])
 
 
-def _embedding_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-embed")
-        return _pool
-
-
 def _hybrid(
     conn: Connection, chat_id: int | None, query: str, depth: int, embedder: Embedder
 ) -> list[tuple[int, float]]:
     # The query is embedded on a worker thread while this one asks FTS5 for the keyword
     # side; ONNX Runtime and SQLite both release the GIL, so on two cores the two overlap.
-    pending = _embedding_pool().submit(embedder.embed_query, query)
+    pending = _EMBEDDING_POOL.submit(embedder.embed_query, query)
     keyword = dict(bm25_ids(conn, chat_id, query, depth))
     vector = pending.result()
     # One exact scoring pass over the binary KNN candidates and the keyword hits: the
