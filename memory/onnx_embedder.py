@@ -4,13 +4,13 @@ Documents get the same vectors as sentence-transformers: the exported graph is t
 transformer; mean pooling and L2 normalisation run here in numpy, exactly as the
 sentence-transformers pipeline `Transformer -> Pooling(mean) -> Normalize` does. Models with
 any other pipeline are not converted (`OnnxUnsupported`), and the caller keeps torch.
-Queries run on an int8 copy of the same graph by default (`[memory] query_precision`): a
-query in about 5 ms on one thread, against 17-30 ms on torch.
+Queries run by default on a fused int8 model of the same weights (`memory.onnx_query`), and
+a single query is tokenised without the transformers wrapper (same ids, ~0.35 ms less).
 
 The exported graph is cached under `$MNEMO_CACHE_DIR/onnx` (default `~/.cache/mnemo/onnx`),
-named by a hash of the model location, name and weight files, with its int8 copy beside it;
-both are written to a temporary file and renamed into place, so concurrent processes never
-see a partial file.
+named by a hash of the model location, name and weight files, with the int8 query model
+beside it; both are written to a temporary file and renamed into place, so concurrent
+processes never see a partial file.
 """
 
 from __future__ import annotations
@@ -67,11 +67,34 @@ def check_pipeline(st_model: Any) -> Any:
     return modules[0].auto_model
 
 
-def export(st_model: Any, path: Path) -> None:
-    """Export the model's transformer to `path` (atomically: temp file, then rename)."""
+def export(st_model: Any, path: Path, attention: str = "") -> None:
+    """Export the model's transformer to `path` (atomically: temp file, then rename).
+
+    `attention` ("eager", ...) traces with that attention implementation instead of the
+    model's own, which is restored afterwards.
+    """
+    bert = check_pipeline(st_model)
+    previous = getattr(bert.config, "_attn_implementation", None)
+    switch = bool(attention) and previous is not None and attention != previous
+    if switch:
+        _set_attention(bert, attention)
+    try:
+        _export_graph(bert, path)
+    finally:
+        if switch:
+            _set_attention(bert, str(previous))
+
+
+def _set_attention(bert: Any, implementation: str) -> None:
+    if hasattr(bert, "set_attn_implementation"):
+        bert.set_attn_implementation(implementation)
+    else:  # older transformers
+        bert.config._attn_implementation = implementation
+
+
+def _export_graph(bert: Any, path: Path) -> None:
     import torch
 
-    bert = check_pipeline(st_model)
     names = ["input_ids", "attention_mask", "token_type_ids"]
 
     class _Wrapper(torch.nn.Module):
@@ -108,15 +131,23 @@ def export(st_model: Any, path: Path) -> None:
             os.unlink(temporary)
 
 
-def session_for(path: Path, threads: int) -> Any:
+def session_for(path: Path, threads: int, disabled_optimizers: tuple[str, ...] = ()) -> Any:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if threads > 1:
+        # Idle pool threads would otherwise spin for a while after each run, taking the CPU
+        # from the next query: on 2 cores with one busy, a query right after a memory was
+        # stored took p50 9.4 ms with spinning, 5.6 ms without; batch throughput unchanged.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(
-        str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        str(path),
+        sess_options=options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(disabled_optimizers),
     )
 
 
@@ -129,52 +160,42 @@ def default_threads() -> int:
     return wanted if wanted > 0 else max(1, min(2, os.cpu_count() or 1))
 
 
-QUERY_THREADS = 1
-"""Threads of the query session. One: `hybrid` ranking runs the FTS5 side on another core
-while a query is embedded (measured on 2 cores: embedding + BM25 together p50 10.0 ms with
-one thread, 14.3 ms with two threads competing with SQLite, 13.6 ms one after the other)."""
-
 QUERY_PRECISIONS = ("int8", "float32")
 
 
-def quantized_path(path: Path) -> Path:
-    """Where the int8 copy of an exported model is cached."""
-    return path.with_suffix(".int8.onnx")
+def mean_pool(hidden: Any, mask: Any) -> Any:
+    """Mean of the unmasked token vectors, scaled to unit length (float32 rows)."""
+    import numpy as np
+
+    weights = mask[:, :, None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+    norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+    return (pooled / norms).astype(np.float32)
 
 
-def _quiet_quantizer(record: logging.LogRecord) -> bool:
-    """Drop the quantiser's own root-logger advice; every other record passes."""
-    return "onnxruntime" not in record.pathname
+def single_text_tokenizer(tokenizer: Any, max_length: int) -> Any | None:
+    """A private copy of a fast tokenizer's backend that truncates and never pads, for queries.
 
-
-def quantize(path: Path, target: Path) -> None:
-    """Write an int8 copy of the model at `path` (dynamic, per-channel weight quantisation).
-
-    Measured on all-MiniLM-L6-v2: a query in ~5 ms instead of ~9 ms on one thread, cosine
-    0.994 (min 0.990) to the float vector, LoCoMo cov@10 unchanged (knn 0.510 vs 0.505,
-    hybrid 0.757 vs 0.758).
+    Same ids as calling the tokenizer, without its ~0.35 ms of per-call wrapping; a copy
+    because the wrapper reconfigures its backend on every call. None for slow tokenizers.
     """
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    from tokenizers import Tokenizer
 
-    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
-    os.close(handle)
-    root = logging.getLogger()
-    root.addFilter(_quiet_quantizer)  # it advises pre-processing through the root logger
-    try:
-        quantize_dynamic(path, temporary, weight_type=QuantType.QInt8, per_channel=True)
-        os.replace(temporary, target)
-    finally:
-        root.removeFilter(_quiet_quantizer)
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    single = Tokenizer.from_str(backend.to_str())
+    single.no_padding()
+    single.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
+    return single
 
 
 class OnnxEmbedder:
     """The `Embedder` protocol over two ONNX Runtime sessions (thread-safe).
 
     Documents are encoded by the float model with `default_threads()`: the same vectors as
-    sentence-transformers. Queries run on a one-thread session, of the int8 copy by default
-    (`query_precision`).
+    sentence-transformers. Queries run on a one-thread session, of the fused int8 model by
+    default (`query_precision`).
     """
 
     def __init__(
@@ -192,6 +213,9 @@ class OnnxEmbedder:
         self._tokenizer = tokenizer
         self._max_length = max_length
         self._inputs = {item.name for item in document_session.get_inputs()}
+        self._single = single_text_tokenizer(tokenizer, max_length)
+        # What `encode` feeds: the tokenizer's outputs that the graph takes.
+        self._single_inputs = self._inputs & set(getattr(tokenizer, "model_input_names", ()))
         self.query_precision = query_precision
         self.model_name = model_name
         self.dim = dim
@@ -212,7 +236,25 @@ class OnnxEmbedder:
     @functools.lru_cache(maxsize=QUERY_CACHE_SIZE)  # noqa: B019 - one embedder per process
     def _query_vector(self, text: str) -> tuple[float, ...]:
         """Cached: the tool loop ranks the same query on every model call of a turn."""
-        return tuple(self.encode(self._query_session, [text])[0])
+        return tuple(self.encode_one(self._query_session, text))
+
+    def encode_one(self, session: Any, text: str) -> list[float]:
+        """The vector of one text: the same as `encode`, without the tokenizer's wrapper."""
+        import numpy as np
+
+        if self._single is None:
+            return self.encode(session, [text])[0]
+        encoding = self._single.encode(text)
+        columns = {
+            "input_ids": encoding.ids,
+            "attention_mask": encoding.attention_mask,
+            "token_type_ids": encoding.type_ids,
+        }
+        feeds = {k: np.array([v], np.int64) for k, v in columns.items() if k in self._single_inputs}
+        vector = session.run(["last_hidden_state"], feeds)[0][0].mean(axis=0)  # nothing padded
+        vector /= max(float(np.linalg.norm(vector)), 1e-12)
+        result: list[float] = vector.tolist()
+        return result
 
     def encode(self, session: Any, texts: list[str]) -> list[list[float]]:
         """Mean-pooled, unit-length vectors of one batch."""
@@ -229,10 +271,7 @@ class OnnxEmbedder:
         )
         feeds = {k: np.asarray(v, dtype=np.int64) for k, v in encoded.items() if k in self._inputs}
         hidden = session.run(["last_hidden_state"], feeds)[0]  # run() is thread-safe
-        mask = feeds["attention_mask"][:, :, None].astype(np.float32)
-        pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
-        norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        result: list[list[float]] = (pooled / norms).astype(np.float32).tolist()
+        result: list[list[float]] = mean_pool(hidden, feeds["attention_mask"]).tolist()
         return result
 
 
@@ -245,6 +284,8 @@ def onnx_embedder(
     When the int8 query model cannot be made, queries use the float model (logged).
     """
     import onnxruntime  # noqa: F401 - fail before a pointless export
+
+    from memory.onnx_query import quantized_path, query_session  # they build on this module
 
     if query_precision not in QUERY_PRECISIONS:
         raise ValueError(f"query precision must be one of {', '.join(QUERY_PRECISIONS)}")
@@ -263,7 +304,7 @@ def onnx_embedder(
     dimension = getattr(st_model, "get_embedding_dimension", None)
     if dimension is None:  # sentence-transformers < 6
         dimension = st_model.get_sentence_embedding_dimension
-    query, precision = _query_session(path, model_name, query_precision)
+    query, precision = query_session(st_model, path, model_name, query_precision)
     return OnnxEmbedder(
         documents,
         query,
@@ -273,26 +314,3 @@ def onnx_embedder(
         model_name,
         precision,
     )
-
-
-def _query_session(path: Path, model_name: str, precision: str) -> tuple[Any, str]:
-    """The one-thread query session and its precision (float when int8 cannot be had)."""
-    if precision == "int8":
-        target = quantized_path(path)
-        failure: Exception | None = None
-        for _attempt in range(2):  # a damaged cached copy is made again, once
-            try:
-                if not target.exists():
-                    logger.info("quantising %s to int8 for queries", path)
-                    quantize(path, target)
-                return session_for(target, QUERY_THREADS), "int8"
-            except Exception as exc:  # tools missing, a damaged copy, an unsupported model
-                target.unlink(missing_ok=True)
-                failure = exc
-        logger.warning(
-            "int8 query model unavailable for %s (%s: %s); queries use the float model",
-            model_name,
-            type(failure).__name__,
-            failure,
-        )
-    return session_for(path, QUERY_THREADS), "float32"
