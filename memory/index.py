@@ -1,12 +1,14 @@
-"""The derived indexes of `memories`: the FTS5 keyword index and the sqlite-vec vector index.
+"""The derived indexes of `memories`: the FTS5 full-text index and the sqlite-vec vector index.
 
-Both are rebuildable from `memories`. The vector index is created here (not in a migration)
-because it needs sqlite-vec and the embedding dimension: `memories_vec` (vec0) holds each
-vector's binary code (one bit per dimension, Hamming KNN, partitioned by chat scope) and
-`memories_vec_float` the float32 vector; a query takes the nearest binary codes and re-scores
-them exactly with the floats (measured ~5x faster than a float vec0 KNN on 9,000 vectors,
-same results). The model, dimension and layout are recorded in `memory_index_meta`; a
-change of any drops and recreates the index, and the memories are embedded again.
+Both are rebuildable from `memories`. FTS5 serves full-text lookups (the reflector's search
+for known memories); ranking scores keywords from its own posting lists (`memory.keywords`).
+The vector index is created here (not in a migration) because it needs sqlite-vec and the
+embedding dimension: `memories_vec` (vec0) holds each vector's binary code (one bit per
+dimension, Hamming KNN, partitioned by chat scope) and `memories_vec_float` the float32
+vector; a query takes the nearest binary codes and re-scores them exactly with the floats
+(measured ~5x faster than a float vec0 KNN on 9,000 vectors, same results). The model,
+dimension and layout are recorded in `memory_index_meta`; a change of any drops and
+recreates the index, and the memories are embedded again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ logger = logging.getLogger(__name__)
 VEC_TABLE = "memories_vec"  # vec0: binary codes of the vectors, partitioned by chat scope
 FLOAT_TABLE = "memories_vec_float"  # the float32 vectors, for exact re-scoring
 LAYOUT = "2"  # 1: float vec0 KNN; 2: binary vec0 KNN + exact float re-scoring
-RESCORE_MIN = 100  # binary candidates re-scored exactly, at least ...
+RESCORE_MIN = 50  # binary candidates re-scored exactly, at least ...
 RESCORE_FACTOR = 1  # ... and as many as wanted results (vec0 KNN cost grows with k)
 GLOBAL_SCOPE = 0  # the vector table's `chat` value (and `c0` FTS scope) for global memories
 
@@ -62,9 +64,11 @@ def unindex(conn: Connection, memory_id: int) -> None:
 def rebuild_keywords(conn: Connection) -> int:
     """Recreate the FTS rows of every active memory; return how many."""
     conn.execute("DELETE FROM memories_fts")
-    rows = conn.execute("SELECT id, chat_id, content FROM memories WHERE archived = 0").fetchall()
-    for memory_id, chat_id, content in rows:
-        index_keywords(conn, memory_id, chat_id, content)
+    rows = conn.execute(
+        "SELECT id, chat_id, content, context FROM memories WHERE archived = 0"
+    ).fetchall()
+    for memory_id, chat_id, content, context in rows:
+        index_keywords(conn, memory_id, chat_id, content, context or "")
     return len(rows)
 
 

@@ -1,39 +1,37 @@
-"""`rank_memories`: the one retriever. Modes knn (sqlite-vec), bm25 (FTS5), jaccard, hybrid.
+"""`rank_memories`: the one retriever. Modes knn (sqlite-vec), bm25, jaccard, hybrid.
 
 Only the chat's own and global memories that are active (not archived, not expired) are
 candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailable (no
 sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
-cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 reads
-a memory's `context` column at CONTEXT_WEIGHT (text around it that helps find it).
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 scores
+and Jaccard overlaps come from the chat's in-memory posting lists (`memory.keyword_cache`);
+BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
+its content.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 
 from core.db import Connection
 from memory import index
 from memory.embeddings import Embedder
-from memory.ranking import content_terms, fts_query, jaccard_sets, score_fusion
-from memory.store import ACTIVE_SQL, Memory, MemoryStore
+from memory.keyword_cache import bm25_ids, jaccard_ids
+from memory.ranking import score_fusion
+from memory.store import Memory, MemoryStore
 
 logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "knn", "bm25", "jaccard")
 MIN_DEPTH = 50  # candidates each ranker contributes to the fusion
 KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is cosine
-CONTEXT_WEIGHT = 0.5  # BM25 column weight of a memory's context (its content weighs 1.0)
 
 _warned_fallback = False
-# Embeds hybrid queries beside the FTS5 search; its threads start at the first query.
-_EMBEDDING_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-embed")
 
 
 @dataclass(frozen=True)
@@ -83,49 +81,11 @@ def knn_ids(
     return [(mid, 1.0 - d) for mid, d in index.nearest(conn, _scopes(chat_id), vector, depth)]
 
 
-def bm25_ids(
-    conn: Connection, chat_id: int | None, query: str, depth: int
-) -> list[tuple[int, float]]:
-    """(id, -bm25) of FTS5 matches of any content term, best first."""
-    terms = fts_query(query)
-    if not terms:
-        return []
-    scopes = " OR ".join(f"c{scope}" for scope in _scopes(chat_id))
-    rows = conn.execute(
-        f"SELECT rowid, bm25(memories_fts, 1.0, {CONTEXT_WEIGHT}, 0.0) AS rank FROM memories_fts"
-        " WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
-        (f"scope:({scopes}) AND {{text context}}:({terms})", depth),
-    ).fetchall()
-    return [(int(row[0]), -float(row[1])) for row in rows]
-
-
-@lru_cache(maxsize=65536)
-def _memory_terms(content: str) -> frozenset[str]:
-    return frozenset(content_terms(content))
-
-
-def jaccard_ids(conn: Connection, chat_id: int | None, query: str) -> list[tuple[int, float]]:
-    """(id, Jaccard of content-term sets) for every candidate sharing a term, best first."""
-    wanted = set(content_terms(query))
-    if not wanted:
-        return []
-    rows = conn.execute(
-        "SELECT id, content FROM memories"
-        f" WHERE (chat_id IS ? OR chat_id IS NULL) AND {ACTIVE_SQL}",
-        (chat_id,),
-    ).fetchall()
-    scored = [(int(row[0]), jaccard_sets(wanted, set(_memory_terms(row[1])))) for row in rows]
-    return sorted((item for item in scored if item[1] > 0), key=lambda item: -item[1])
-
-
 def _hybrid(
     conn: Connection, chat_id: int | None, query: str, depth: int, embedder: Embedder
 ) -> list[tuple[int, float]]:
-    # The query is embedded on a worker thread while this one asks FTS5 for the keyword
-    # side; ONNX Runtime and SQLite both release the GIL, so on two cores the two overlap.
-    pending = _EMBEDDING_POOL.submit(embedder.embed_query, query)
     keyword = dict(bm25_ids(conn, chat_id, query, depth))
-    vector = pending.result()
+    vector = embedder.embed_query(query)
     # One exact scoring pass over the binary KNN candidates and the keyword hits: the
     # semantic side is the `depth` most similar candidates plus every keyword hit.
     found = index.candidates(conn, _scopes(chat_id), vector, index.rescore_count(depth))

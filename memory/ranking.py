@@ -6,6 +6,8 @@ import re
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _TOKEN = re.compile(f"([{_CJK}]+)|([^\\W_{_CJK}]+)")
+_HAS_CJK = re.compile(f"[{_CJK}]")
+_WORD = re.compile(r"[^\W_]+")
 
 # Words too common to say anything about which memory answers a question.
 _STOP_TEXT = """a about after again all also am an and any are as at be been before being but by can
@@ -24,8 +26,11 @@ def tokens(text: str) -> set[str]:
 
 def token_list(text: str) -> list[str]:
     """Like `tokens()` but in order and with repeats (what the full-text index stores)."""
+    lowered = text.lower()
+    if not _HAS_CJK.search(lowered):
+        return _WORD.findall(lowered)  # the common case, several times faster
     found: list[str] = []
-    for match in _TOKEN.finditer(text.lower()):
+    for match in _TOKEN.finditer(lowered):
         cjk, word = match.groups()
         if word:
             found.append(word)

@@ -1,10 +1,12 @@
-"""Memory upkeep run once per reflector pass: archive stale, delete expired, embed missing."""
+"""Memory upkeep run once per reflector pass: archive stale, delete expired, embed missing,
+prune the change log."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from core.db import transaction
+from memory.keyword_cache import prune_log
 from memory.store import NOW_SQL, MemoryStore
 
 STALE_DAYS = 30
@@ -17,11 +19,13 @@ class MaintenanceReport:
     archived: int
     deleted: int
     embedded: int
+    log_pruned: int = 0  # rows dropped from the memory change log
 
     def summary(self) -> str:
         return (
             f"maintenance: {self.archived} archived (low confidence, unseen "
             f"{STALE_DAYS} days), {self.deleted} expired deleted, {self.embedded} embedded"
+            + (f", {self.log_pruned} change-log rows pruned" if self.log_pruned else "")
         )
 
 
@@ -71,4 +75,4 @@ def maintain(
     embedded = 0
     if embedding_store is not None:
         embedded = embedding_store.embed_missing(limit=EMBED_PER_PASS)
-    return MaintenanceReport(archived, deleted, embedded)
+    return MaintenanceReport(archived, deleted, embedded, prune_log(memories.conn))

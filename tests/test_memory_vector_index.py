@@ -37,9 +37,9 @@ def exact(
     return [(i + 1, 1.0 - float(sims[i])) for i in order]
 
 
-@pytest.mark.parametrize(("count", "k"), [(90, 10), (150, 10), (150, 40)])
+@pytest.mark.parametrize(("count", "k"), [(60, 10), (75, 10), (75, 40)])
 def test_nearest_equals_exact_knn(conn: Connection, count: int, k: int) -> None:
-    """Exact whenever a scope holds at most RESCORE_MIN vectors (150 -> 100 + 50 here).
+    """Exact whenever a scope holds at most RESCORE_MIN vectors (75 -> 50 + 25 here).
 
     Beyond that the binary stage is approximate; on real embeddings it kept LoCoMo's
     cov@10 unchanged (random Gaussian vectors, as here, quantise far worse).

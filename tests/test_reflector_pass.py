@@ -14,6 +14,7 @@ from core.db import Connection, connect
 from core.fake_openai import FakeOpenAIServer, FakeReply
 from core.llm import OpenAILLM
 from core.store import NewMessage, SessionStore
+from memory import keyword_cache
 from memory.embeddings import Embedder
 from memory.store import MemoryStore
 from reflector.reflection import Reflector
@@ -368,8 +369,10 @@ async def test_a_cursor_moved_elsewhere_during_the_call_writes_nothing(
 
 
 async def test_maintenance_archives_stale_deletes_expired_and_embeds_missing(
-    config: Config, embedder: Embedder
+    config: Config, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(keyword_cache, "LOG_PRUNE_AT", 3)  # the memory change log
+    monkeypatch.setattr(keyword_cache, "LOG_KEEP", 1)
     bare = make_reflector(config)
     vec = make_reflector(config, embedder)
     try:
@@ -397,6 +400,8 @@ async def test_maintenance_archives_stale_deletes_expired_and_embeds_missing(
             1,
             2,
         )  # the archived one is not embedded
+        assert report.log_pruned > 0 and "change-log rows pruned" in report.summary()
+        assert bare.conn.execute("SELECT count(*) FROM memory_changes").fetchone()[0] == 2
         states = {m: memories.get(m) for m in (stale, fresh_low, sure, expired)}
         assert states[expired] is None
         assert [states[m].archived for m in (stale, fresh_low, sure)] == [True, False, False]  # type: ignore[union-attr]
