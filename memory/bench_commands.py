@@ -174,6 +174,8 @@ def bench_memory(
         results[f"{modes[0]}, just after a new memory"] = _after_changes(
             memories, chat.id, modes[0], embedder, rng
         )
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results["(bm25 by FTS5 itself)"] = _timed(asked, partial(_fts5_bm25, conn, chat.id))
         if embedder is not None:
             asked = [synthetic_query(rng) for _ in range(queries)]
             results["(query embedding alone)"] = _timed(asked, embedder.embed_query)
@@ -193,6 +195,19 @@ def _first_build(conn: Any, chat_id: int, _: str) -> object:
     from memory.keywords import KeywordLists
 
     return KeywordLists.build(load_rows(conn, chat_id))
+
+
+def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
+    """The same BM25 asked of the FTS5 table, as ranking did before its in-memory lists."""
+    from memory.keywords import CONTEXT_WEIGHT
+    from memory.ranking import fts_query
+
+    match = f"scope:(c{chat_id} OR c0) AND {{text context}}:({fts_query(query)})"
+    return conn.execute(
+        f"SELECT rowid, bm25(memories_fts, 1.0, {CONTEXT_WEIGHT}, 0.0) AS rank FROM memories_fts"
+        " WHERE memories_fts MATCH ? ORDER BY rank LIMIT 70",
+        (match,),
+    ).fetchall()
 
 
 def _after_changes(

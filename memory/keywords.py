@@ -187,9 +187,9 @@ class KeywordLists:
     alive: Any  # numpy bool per base position (False: changed or gone since)
     recent: Segment
     ids: Any  # numpy int64: base ids, then recent ids
-    live: Any  # numpy bool per position
     norms: Any  # numpy float64 per position: K1 * (1 - B + B * length / average length)
     count: int  # live memories
+    masked: int  # base memories masked out
 
     @classmethod
     def build(
@@ -227,9 +227,9 @@ class KeywordLists:
             alive=alive,
             recent=recent,
             ids=np.concatenate([base.ids, recent.ids]),
-            live=live,
             norms=K1 * (1.0 - B + B * lengths / average),
             count=count,
+            masked=len(alive) - int(alive.sum()),
         )
 
     def __len__(self) -> int:
@@ -302,7 +302,7 @@ class KeywordLists:
         if number is None:
             return []
         positions, weights, content = self.base.postings(number)
-        if len(positions) and not self.alive.all():
+        if len(positions) and self.masked:
             keep = self.alive[positions]
             positions, weights, content = positions[keep], weights[keep], content[keep]
         found = [(positions, weights, content)]
