@@ -241,7 +241,9 @@ def test_remember_end_to_end_through_the_terminal(
     again = run_mnemo(["chat"], config, stdin="what is my favourite colour?\n")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == "Teal."
-    assert "[PROFILE] my favourite colour is teal" in system_text(fake_llm.requests[-1])
+    *_, block, newest = fake_llm.requests[-1]["messages"]  # memory just before the message
+    assert block["role"] == "system" and "[PROFILE] my favourite colour is teal" in block["content"]
+    assert newest == {"role": "user", "content": "what is my favourite colour?"}
     listed = run_mnemo(["memory", "list", "--chat", "terminal:local"], config)
     assert "#1 [PROFILE] my favourite colour is teal" in listed.stdout
 

@@ -80,30 +80,3 @@ def test_doctor_passes_with_a_model_server(tmp_path: Path, fake_llm: FakeOpenAIS
     result = run_mnemo(["doctor"], config)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[ok  ] llm" in result.stdout and "sqlite-vec: loaded" in result.stdout
-
-
-def test_remember_through_the_terminal_then_recalled_by_a_new_process(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
-) -> None:
-    """`remember:` is answered without a model call; the fact is ranked into a later request."""
-    data = tmp_path / "data"
-    config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
-    noted = run_mnemo(["chat"], config, stdin="remember: my sister is called Ana\n")
-    assert noted.returncode == 0, noted.stderr
-    assert noted.stdout.strip() == "Noted. (memory #1)"
-    assert fake_llm.requests == []
-
-    fake_llm.add(FakeReply("Your sister is Ana."))
-    asked = run_mnemo(["chat"], config, stdin="what is my sister called?\n")
-    assert asked.returncode == 0, asked.stderr
-    assert asked.stdout.strip() == "Your sister is Ana."
-    [request] = fake_llm.requests
-    *_, block, newest = request["messages"]
-    assert block["role"] == "system" and "[PROFILE] my sister is called Ana" in block["content"]
-    assert newest == {"role": "user", "content": "what is my sister called?"}
-    conn = connect(data / "mnemo.db")
-    try:
-        stored = conn.execute("SELECT content, source FROM memories").fetchall()
-    finally:
-        conn.close()
-    assert [tuple(row) for row in stored] == [("my sister is called Ana", "explicit")]
