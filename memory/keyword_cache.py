@@ -12,8 +12,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.db import Connection, transaction
 from memory.keywords import KeywordLists, query_terms
@@ -51,15 +52,17 @@ def load_rows(
         f" AND {ACTIVE_SQL}"
     )
     if memory_ids is None:
-        batches: list[tuple[int, ...]] = [()]
-    else:
-        batches = [tuple(memory_ids[i : i + 900]) for i in range(0, len(memory_ids), 900)]
+        return _texts(conn.execute(sql + " ORDER BY id", (chat_id,)))
     found: list[tuple[int, str, str]] = []
-    for batch in batches:
-        where = f" AND id IN ({', '.join('?' * len(batch))})" if memory_ids is not None else ""
-        rows = conn.execute(sql + where + " ORDER BY id", (chat_id, *batch)).fetchall()
-        found.extend((int(row[0]), str(row[1]), str(row[2] or "")) for row in rows)
+    for start in range(0, len(memory_ids), 900):
+        batch = tuple(memory_ids[start : start + 900])
+        marks = ", ".join("?" * len(batch))
+        found += _texts(conn.execute(f"{sql} AND id IN ({marks}) ORDER BY id", (chat_id, *batch)))
     return found
+
+
+def _texts(rows: Iterable[Any]) -> list[tuple[int, str, str]]:
+    return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
 
 
 def log_end(conn: Connection) -> int:
@@ -158,23 +161,19 @@ def keyword_lists(conn: Connection, chat_id: int | None) -> KeywordLists:
     with _caches_lock:
         cache = _caches.setdefault(conn, _Cache())
     entry = cache.get(chat_id)
-    if entry is None:
+    changes = changes_since(conn, chat_id, entry[0]) if entry is not None else None
+    if entry is not None and changes is None:
+        return entry[1]
+    previous = entry[1] if entry is not None else None
+    if previous is None or changes is None or changes.pruned_through:
         end = log_end(conn)
-        marks, lists = Marks(end, end), KeywordLists.build(load_rows(conn, chat_id))
+        marks, lists = Marks(end, end), KeywordLists.build(load_rows(conn, chat_id), previous)
     else:
-        marks, lists = entry
-        changes = changes_since(conn, chat_id, marks)
-        if changes is None:
-            return lists
-        if changes.pruned_through:
-            end = log_end(conn)
-            marks, lists = Marks(end, end), KeywordLists.build(load_rows(conn, chat_id), lists)
-        else:
-            ids = sorted(changes.memory_ids)
-            rows = load_rows(conn, chat_id, ids)
-            kept = {row[0] for row in rows}
-            marks = changes.marks
-            lists = lists.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
+        ids = sorted(changes.memory_ids)
+        rows = load_rows(conn, chat_id, ids)
+        kept = {row[0] for row in rows}
+        marks = changes.marks
+        lists = previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
     if not conn.in_transaction:
         cache.put(chat_id, marks, lists)
     return lists

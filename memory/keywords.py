@@ -202,16 +202,18 @@ class KeywordLists:
         """
         vocabulary = dict(previous.vocabulary) if previous is not None else {}
         known = previous.memories() if previous is not None else {}
-        rows = list(rows)
-        lists = cls._merged(_tokenised(rows, known, vocabulary), vocabulary)
-        if previous is not None and lists.stale():
-            return cls.build(rows)
-        return lists
+        return cls._merged(_tokenised(rows, known, vocabulary), vocabulary)
 
     @classmethod
-    def _merged(cls, rows: dict[int, Tokenised], vocabulary: dict[str, int]) -> KeywordLists:
-        base = Segment.build(rows, len(vocabulary))
-        return cls._assemble(vocabulary, base, np.ones(len(base.ids), bool), Segment.build({}, 0))
+    def _merged(cls, items: dict[int, Tokenised], vocabulary: dict[str, int]) -> KeywordLists:
+        """One base segment of `items`; numbered afresh when most of `vocabulary` is unused."""
+        base = Segment.build(items, len(vocabulary))
+        lists = cls._assemble(vocabulary, base, np.ones(len(base.ids), bool), Segment.build({}, 0))
+        if not lists.stale():
+            return lists
+        fresh: dict[str, int] = {}
+        texts = [(memory_id, item.content, item.context) for memory_id, item in items.items()]
+        return cls._merged(_tokenised(texts, {}, fresh), fresh)
 
     @classmethod
     def _assemble(
@@ -247,13 +249,14 @@ class KeywordLists:
 
     def memories(self) -> dict[int, Tokenised]:
         """The tokenisation of every live memory."""
-        found = {
-            memory_id: item
-            for (memory_id, item), keep in zip(self.base.rows.items(), self.alive, strict=True)
-            if keep
+        return {**self._unmasked(self.alive), **self.recent.rows}
+
+    def _unmasked(self, alive: Any) -> dict[int, Tokenised]:
+        """The base memories that `alive` keeps."""
+        rows = self.base.rows.items()
+        return {
+            memory_id: item for (memory_id, item), keep in zip(rows, alive, strict=True) if keep
         }
-        found.update(self.recent.rows)
-        return found
 
     def apply(
         self, changed: Iterable[tuple[int, str, str]], removed: Iterable[int]
@@ -282,19 +285,8 @@ class KeywordLists:
         if len(recent) > max(RECENT_MIN, RECENT_SHARE * self.count) or (
             masked > MASKED_SHARE * max(len(alive), 1)
         ):
-            merged = {
-                memory_id: item
-                for (memory_id, item), keep in zip(self.base.rows.items(), alive, strict=True)
-                if keep
-            }
-            merged.update(recent)
-            lists = self._merged(merged, vocabulary)
-            return KeywordLists.build(self._rows(merged)) if lists.stale() else lists
+            return self._merged({**self._unmasked(alive), **recent}, vocabulary)
         return self._assemble(vocabulary, self.base, alive, Segment.build(recent, len(vocabulary)))
-
-    @staticmethod
-    def _rows(items: dict[int, Tokenised]) -> list[tuple[int, str, str]]:
-        return [(memory_id, item.content, item.context) for memory_id, item in items.items()]
 
     def _postings(self, term: str) -> list[tuple[Any, Any, Any]]:
         """(positions in `ids`, weights, in_content) of a term's live postings, per segment."""

@@ -251,9 +251,9 @@ class OnnxEmbedder:
             "token_type_ids": encoding.type_ids,
         }
         feeds = {k: np.array([v], np.int64) for k, v in columns.items() if k in self._single_inputs}
-        vector = session.run(["last_hidden_state"], feeds)[0][0].mean(axis=0)  # nothing padded
-        vector /= max(float(np.linalg.norm(vector)), 1e-12)
-        result: list[float] = vector.tolist()
+        hidden = session.run(["last_hidden_state"], feeds)[0]
+        mask = np.array([encoding.attention_mask], np.int64)
+        result: list[float] = mean_pool(hidden, mask)[0].tolist()
         return result
 
     def encode(self, session: Any, texts: list[str]) -> list[list[float]]:
