@@ -11,8 +11,7 @@ from collections.abc import Awaitable
 
 from bots.runtime import Runtime
 from bots.terminal import TerminalChannel
-from core.events import Channel
-from core.extensions import Service
+from core.api import Channel, Service
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +23,11 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
     if config.telegram.enabled and config.telegram.token:
         from bots.telegram import TelegramChannel
 
-        channels.append(TelegramChannel(config.telegram, runtime.agent.command_list()))
+        channels.append(TelegramChannel(config.telegram, runtime.extensions.command_list()))
     if config.discord.enabled and config.discord.token:
         from bots.discord_bot import DiscordChannel
 
-        channels.append(DiscordChannel(config.discord, runtime.agent.command_list()))
+        channels.append(DiscordChannel(config.discord, runtime.extensions.command_list()))
     terminal = config.terminal.enabled
     if terminal is None:
         terminal = sys.stdin.isatty()
@@ -53,11 +52,7 @@ async def run_platform(
     runtime: Runtime, channels: list[Channel], services: list[Service] | None = None
 ) -> None:
     """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly."""
-    services = (
-        services
-        if services is not None
-        else [service for extension in runtime.agent.extensions for service in extension.services()]
-    )
+    services = services if services is not None else runtime.extensions.services()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

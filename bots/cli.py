@@ -1,23 +1,19 @@
-"""The `mnemo` command: chat, run, doctor, and the subcommands of memory and the reflector."""
+"""The `mnemo` command: chat, run, doctor, bench, and every plugin's subcommands."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from bots.runtime import Runtime, build_runtime, configure_logging
+from bots.runtime import PLUGINS, Runtime, build_runtime, configure_logging
 from bots.terminal import TerminalChannel
+from core.api import Check
 from core.config import Config, load_config, resolve_config_path
-from core.doctor import Check, llm_setup_hint
+from core.doctor import llm_setup_hint
 from core.errors import LLMError, MnemoError
-
-if TYPE_CHECKING:
-    from core.bench_context import BenchMemory
-    from core.db import Connection
 
 
 class Context:
@@ -101,6 +97,7 @@ async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
         await runtime.llm.ping()
     except LLMError:
         click.echo(f"warning: {llm_setup_hint(runtime.config.llm.base_url)}", err=True)
+    await runtime.start()
     await run_platform(runtime, [channel], services=[])
 
 
@@ -111,6 +108,7 @@ async def _run(runtime: Runtime) -> None:
         await runtime.llm.ping()
     except LLMError:
         raise click.ClickException(llm_setup_hint(runtime.config.llm.base_url)) from None
+    await runtime.start()
     channels = enabled_channels(runtime)
     if not channels:
         click.echo(
@@ -161,8 +159,8 @@ async def _doctor_checks(context: Context) -> list[Check]:
             checks.append(Check("llm", True, f"{config.llm.base_url} answers ({models})"))
         except LLMError:
             checks.append(Check("llm", False, llm_setup_hint(config.llm.base_url)))
-        for extension in runtime.agent.extensions:
-            checks.extend(await extension.checks())
+        await runtime.start()
+        checks.extend(await runtime.extensions.checks())
     finally:
         runtime.close()
     return checks
@@ -173,44 +171,8 @@ def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
-def _bench_memory(config: Config, conn: Connection) -> BenchMemory:
-    """`mnemo bench prefix` saves its memories in the real memory store (issue 5 / issue 3)."""
-    from core.bench_context import BenchMemory
-    from memory.extension import MemoryExtension
-
-    extension = MemoryExtension(config, conn)
-
-    def save(chat_id: int, text: str) -> None:
-        extension.service.store.add(chat_id, text, "KNOWLEDGE", source="bench")
-
-    return BenchMemory("memory.store.MemoryStore via MemoryExtension", extension, save)
-
-
-def register_subcommands() -> None:
-    """Subcommands owned by other packages. Keep their imports light: `mnemo --help` stays fast."""
-    from memory.cli import register as register_memory
-
-    register_memory(cli, bench)
-    from reflector.commands import bench_reflector, reflect, reflector_worker
-
-    cli.add_command(reflect)
-    cli.add_command(reflector_worker)
-    bench.add_command(bench_reflector)
-    # context (issue 5)
-    from core.bench_context import prefix_command
-    from core.bench_longrun import bench_longrun
-    from core.context_commands import inspect_command
-
-    cli.add_command(inspect_command)
-    bench.add_command(prefix_command(_bench_memory))
-    bench.add_command(bench_longrun)
-    # strategies (issue 7)
-    from memory.strategies.cli import strategies_group
-
-    cli.add_command(strategies_group)
-
-
-register_subcommands()
+for plugin in PLUGINS:
+    plugin.register_commands(cli)
 
 
 def main() -> None:

@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable
 import discord
 
 from bots.message_split import split_message
+from core.api import ChatKind, Command, Handler, Inbound, Outbound
 from core.config import DiscordConfig
-from core.events import ChatKind, Handler, Inbound, Outbound
-from core.extensions import Command
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ class MnemoDiscordClient(discord.Client):
 
 
 class DiscordChannel:
-    """A `core.events.Channel` for Discord DMs, guild channels and threads."""
+    """A `core.api.Channel` for Discord DMs, guild channels and threads."""
 
     name = "discord"
 

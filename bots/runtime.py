@@ -1,17 +1,30 @@
-"""The composition root: config → database, store, model client, agent with its extensions."""
+"""The composition root: config → database, store, model client, and the agent with every
+plugin's extension (the built-ins, memory, learned strategies, the reflector)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core import default_plugin
+from core.assembly import build_agent
 from core.config import Config
 from core.db import Connection, connect
 from core.dispatcher import Dispatcher
-from core.extensions import Extension
+from core.extensions import Extensions
+from core.hooks import Plugin
 from core.llm import OpenAILLM
+from core.request_plan import RequestPlanner
+from core.sqlite_store import SqliteSessionStore
 from core.store import SessionStore
 from core.turn import Agent
+from memory import plugin as memory_plugin
+from memory.strategies import plugin as strategies_plugin
+from reflector import plugin as reflector_plugin
+
+# Registration order is injection order: built-ins, memory, strategies, reflector.
+PLUGINS: tuple[Plugin, ...] = (default_plugin, memory_plugin, strategies_plugin, reflector_plugin)
 
 HTTP_LOGGERS = (
     "httpx",
@@ -36,29 +49,28 @@ class Runtime:
     agent: Agent
     dispatcher: Dispatcher
 
+    @property
+    def extensions(self) -> Extensions:
+        return self.agent.extensions
+
+    @property
+    def planner(self) -> RequestPlanner:
+        return self.agent.planner
+
+    async def start(self) -> None:
+        """Let every extension prepare (load models) before the first message."""
+        await self.agent.extensions.start()
+
     def close(self) -> None:
         self.conn.close()
 
 
-def build_extensions(config: Config, store: SessionStore, llm: OpenAILLM) -> list[Extension]:
-    """The extensions every bot gets (memory, reflector, …), in injection order."""
-    from memory.extension import MemoryExtension
-    from memory.strategies.extension import StrategyExtension
-    from reflector.extension import ReflectorExtension
-
-    extensions: list[Extension] = []
-    extensions.append(MemoryExtension(config, store.conn))
-    extensions.append(StrategyExtension())
-    extensions.append(ReflectorExtension(config, store, llm))
-    return extensions
-
-
-def build_runtime(config: Config) -> Runtime:
+def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtime:
     config.storage.data_dir.mkdir(parents=True, exist_ok=True)
     conn = connect(config.storage.database_path)
-    store = SessionStore(conn)
+    store = SqliteSessionStore(conn)
     llm = OpenAILLM(config.llm)
-    agent = Agent(config, store, llm, extensions=build_extensions(config, store, llm))
+    agent = build_agent(config, conn, store, llm, plugins)
     return Runtime(config, conn, store, llm, agent, Dispatcher(agent.handle))
 
 

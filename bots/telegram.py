@@ -30,9 +30,8 @@ from bots.telegram_inbound import (
     strip_mention,
     to_inbound,
 )
+from core.api import Command, Handler, Inbound, Outbound
 from core.config import TelegramConfig
-from core.events import Handler, Inbound, Outbound
-from core.extensions import Command
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,7 @@ REFUSAL = (
 
 
 class TelegramChannel:
-    """A `core.events.Channel` for Telegram private chats, groups and forum topics."""
+    """A `core.api.Channel` for Telegram private chats, groups and forum topics."""
 
     name = "telegram"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from telegram import Message, MessageEntity
 from telegram.constants import ChatType
 
-from core.events import ChatKind, Inbound
+from core.api import ChatKind, Inbound
 
 CHANNEL = "telegram"
 

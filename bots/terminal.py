@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import TextIO
 
-from core.events import Handler, Inbound, Outbound
+from core.api import Handler, Inbound, Outbound
 
 PROMPT = "you> "
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from core.api import ContextSection
 from core.config import Config
-from core.context import clip_middle
-from core.extensions import ContextSection
+from core.text import clip_middle
 from core.tokens import effective_window
 
 TOTAL_MIN, TOTAL_MAX = 1_000, 150_000

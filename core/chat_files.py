@@ -6,8 +6,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from core.api import Chat
 from core.config import Config
-from core.store import Chat
 
 TOOL_RESULTS_DIR = "tool-results"
 ARCHIVE_DIR = "archive"

@@ -1,6 +1,6 @@
 """Compaction: split the session safely, flush memory, summarise, archive, mark; delete nothing.
 
-`compact_session()` keeps the most recent messages verbatim (starting at a user message,
+`Compactor.compact()` keeps the most recent messages verbatim (starting at a user message,
 so a tool call is never separated from its result), summarises the older part into the
 session summary (incrementally), archives it as Markdown under the chat's data dir and
 marks its messages with the compaction id. If summarising fails the previous summary is
@@ -10,20 +10,20 @@ kept and only the recent messages are sent from then on (logged, status `fallbac
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from core.api import Chat, TurnContext
+from core.calibration import estimator_for
 from core.chat_files import ARCHIVE_DIR, chat_dir
-from core.db import Connection, transaction
-from core.store import Chat, StoredMessage
-from core.summary import SummaryOutcome, summarise
-from core.tokens import TokenEstimator, effective_window, estimator_for
-
-if TYPE_CHECKING:
-    from core.turn import Agent, TurnContext
+from core.clock import utc_now
+from core.config import Config
+from core.llm import LLM
+from core.store import CompactionRecord, SessionStore, StoredMessage
+from core.summary import summarise
+from core.tokens import TokenEstimator, effective_window
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def archive_markdown(chat: Chat, old: Sequence[StoredMessage], trigger: str, sta
         f"# Compacted messages of {chat.key}",
         "",
         f"Messages #{old[0].id}-#{old[-1].id} ({len(old)}), trigger {trigger}, status {status},"
-        f" archived {datetime.now(UTC).isoformat(timespec='seconds')}.",
+        f" archived {utc_now().isoformat(timespec='seconds')}.",
     ]
     for message in old:
         who = f" · {message.sender}" if message.sender else ""
@@ -116,87 +116,65 @@ def archive_markdown(chat: Chat, old: Sequence[StoredMessage], trigger: str, sta
     return "\n".join(lines) + "\n"
 
 
-def write_archive(agent: Agent, chat: Chat, old: Sequence[StoredMessage], text: str) -> Path:
-    directory = chat_dir(agent.config, chat) / ARCHIVE_DIR
+def write_archive(config: Config, chat: Chat, old: Sequence[StoredMessage], text: str) -> Path:
+    directory = chat_dir(config, chat) / ARCHIVE_DIR
     directory.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    stamp = utc_now().strftime("%Y%m%dT%H%M%S")
     path = directory / f"{stamp}-messages-{old[0].id}-{old[-1].id}.md"
     path.write_text(text, encoding="utf-8")
     return path
 
 
-async def flush_memory(agent: Agent, turn: TurnContext) -> None:
-    """Let every extension save what it needs (facts) before detail is summarised."""
-    for extension in agent.extensions:
-        try:
-            await extension.before_compaction(turn)
-        except Exception:
-            logger.exception("before_compaction of %s failed; compacting anyway", extension.name)
+async def _nothing_to_flush(turn: TurnContext) -> None:
+    return None
 
 
-async def compact_session(
-    agent: Agent, turn: TurnContext, trigger: Trigger
-) -> CompactionResult | None:
-    """Compact the chat's session now; None when there is nothing old enough to compact."""
-    config, store, chat = agent.config, agent.store, turn.chat
-    estimator = estimator_for(store.conn, config, agent.llm.model)
-    history = store.history(chat.id)
-    keep_tokens = int(effective_window(config.llm) * config.context.reserve_ratio)
-    old, recent = split_for_compaction(history, keep_tokens, config.context.keep_recent, estimator)
-    if not old:
-        logger.info("nothing to compact in %s (%d messages)", chat.key, len(history))
-        return None
-    previous = store.session(chat.id).summary
-    before = session_tokens(previous, history, estimator)
-    await flush_memory(agent, turn)
-    outcome = await summarise(agent.llm, store, config, chat.id, previous, old, estimator)
-    status: Literal["summarised", "fallback"] = "summarised" if outcome.summary else "fallback"
-    if outcome.summary is None:
-        logger.warning(
-            "compaction of %s: no usable summary (%s); keeping only the recent messages",
-            chat.key,
-            outcome.error,
+@dataclass
+class Compactor:
+    """Compacts a chat's session: built with its store, model client and config.
+
+    `before` runs first (the extensions' `before_compaction`: the reflector saves facts).
+    """
+
+    config: Config
+    store: SessionStore
+    llm: LLM
+    before: Callable[[TurnContext], Awaitable[None]] = _nothing_to_flush
+
+    async def compact(self, turn: TurnContext, trigger: Trigger) -> CompactionResult | None:
+        """Compact the chat's session now; None when nothing is old enough to compact."""
+        config, store, chat = self.config, self.store, turn.chat
+        estimator = estimator_for(store, config, self.llm.model)
+        history = store.history(chat.id)
+        keep_tokens = int(effective_window(config.llm) * config.context.reserve_ratio)
+        old, recent = split_for_compaction(
+            history, keep_tokens, config.context.keep_recent, estimator
         )
-    archive = write_archive(agent, chat, old, archive_markdown(chat, old, trigger, status))
-    summary = outcome.summary or previous
-    after = session_tokens(summary, recent, estimator)
-    result = CompactionResult(
-        0, trigger, status, len(old), before, after, summary, str(archive), outcome.error
-    )
-    result = replace(result, id=_record(agent.store.conn, chat, old, result, outcome))
-    logger.info("compacted %d messages of %s (%s, %s): %d -> %d tokens",
-                len(old), chat.key, trigger, status, before, after)  # fmt: skip
-    return result
-
-
-def _record(
-    conn: Connection,
-    chat: Chat,
-    old: Sequence[StoredMessage],
-    result: CompactionResult,
-    outcome: SummaryOutcome,
-) -> int:
-    """Store the compaction, mark its messages and move the session start, in one transaction."""
-    first, last = old[0].id, old[-1].id
-    with transaction(conn):
-        cursor = conn.execute(
-            "INSERT INTO compactions (chat_id, trigger, status, first_message_id,"
-            " last_message_id, messages_compacted, tokens_before, tokens_after, summary_calls,"
-            " archive_path, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (chat.id, result.trigger, result.status, first, last, len(old),
-             result.tokens_before, result.tokens_after, outcome.calls, result.archive_path,
-             outcome.error[:500]),
+        if not old:
+            logger.info("nothing to compact in %s (%d messages)", chat.key, len(history))
+            return None
+        previous = store.session(chat.id).summary
+        before = session_tokens(previous, history, estimator)
+        await self.before(turn)
+        outcome = await summarise(self.llm, store, config, chat.id, previous, old, estimator)
+        status: Literal["summarised", "fallback"] = "summarised" if outcome.summary else "fallback"
+        if outcome.summary is None:
+            logger.warning(
+                "compaction of %s: no usable summary (%s); keeping only the recent messages",
+                chat.key,
+                outcome.error,
+            )
+        archive = write_archive(config, chat, old, archive_markdown(chat, old, trigger, status))
+        summary = outcome.summary or previous
+        after = session_tokens(summary, recent, estimator)
+        record = CompactionRecord(
+            trigger, status, old[0].id, old[-1].id, len(old), before, after, outcome.calls,
+            str(archive), outcome.summary, outcome.error,
         )  # fmt: skip
-        compaction_id = int(cursor.lastrowid)
-        conn.execute(
-            "UPDATE messages SET compaction_id = ? WHERE chat_id = ? AND id BETWEEN ? AND ?"
-            " AND compaction_id IS NULL",
-            (compaction_id, chat.id, first, last),
-        )
-        conn.execute(
-            "UPDATE sessions SET summary = coalesce(?, summary),"
-            " compaction_count = compaction_count + 1, started_at_message_id = ?,"
-            " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE chat_id = ?",
-            (outcome.summary, last, chat.id),
-        )
-    return compaction_id
+        compaction_id = store.record_compaction(chat.id, record)
+        logger.info("compacted %d messages of %s (%s, %s): %d -> %d tokens",
+                    len(old), chat.key, trigger, status, before, after)  # fmt: skip
+        return CompactionResult(
+            compaction_id, trigger, status, len(old), before, after, summary, str(archive),
+            outcome.error,
+        )  # fmt: skip

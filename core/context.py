@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from core.api import ContextSection
 from core.config import Config
-from core.extensions import ContextSection
 from core.store import StoredMessage
+from core.text import clip_middle
 
 MEMORY_RULES = (
     "Memory: a system message just before the newest user message carries what you "
@@ -37,16 +38,6 @@ def static_prefix(config: Config, tool_names: Sequence[str], today: date) -> str
         MEMORY_RULES,
     ]
     return "\n\n".join(part for part in parts if part)
-
-
-def clip_middle(text: str, limit: int, head_ratio: float = 0.7, tail_ratio: float = 0.2) -> str:
-    """Cut `text` to about `limit` chars keeping 70% head and 20% tail around a marker."""
-    if len(text) <= limit:
-        return text
-    head = int(limit * head_ratio)
-    tail = int(limit * tail_ratio)
-    removed = len(text) - head - tail
-    return f"{text[:head]}\n[truncated: {removed} chars]\n{text[len(text) - tail :]}"
 
 
 def render_dynamic(sections: Sequence[ContextSection]) -> str:

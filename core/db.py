@@ -115,3 +115,16 @@ def transaction(conn: Connection) -> Iterator[Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+@contextmanager
+def savepoint(conn: Connection, name: str) -> Iterator[Connection]:
+    """A nested unit inside an open transaction: rolled back alone on any exception."""
+    conn.execute(f"SAVEPOINT {name}")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute(f"ROLLBACK TO {name}")
+        conn.execute(f"RELEASE {name}")
+        raise
+    conn.execute(f"RELEASE {name}")

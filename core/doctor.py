@@ -1,20 +1,6 @@
-"""`mnemo doctor`: one line per check, and whether the platform can work."""
+"""`mnemo doctor`'s advice when no model server answers (the checks are `core.api.Check`)."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fatal: bool = True  # a failed fatal check means the platform cannot work
-
-    def line(self) -> str:
-        mark = "ok  " if self.ok else ("FAIL" if self.fatal else "warn")
-        return f"[{mark}] {self.name}: {self.detail}"
 
 
 def llm_setup_hint(base_url: str) -> str:

@@ -1,14 +1,18 @@
 """Mnemo's exception hierarchy.
 
 MnemoError
-├── ConfigError          invalid or unreadable configuration
-├── StorageError         database or migration failure
-├── LLMError             the model could not give a usable answer
-│   ├── LLMTimeout       no answer within [llm] timeout_s (after retries)
-│   ├── LLMUnavailable   connection refused, 429 or 5xx after retries
-│   ├── ContextOverflow  the provider says the request is larger than its window
-│   └── LLMBadResponse   the answer could not be parsed
-└── ToolError            a tool was called with bad arguments or failed
+├── ConfigError            invalid or unreadable configuration
+├── InputError             bad input from a user, a tool call or the CLI (too long, bad id, …)
+├── StorageError           database or migration failure
+│   └── LeaseLost          another process took the chat over while this one worked
+├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── LLMError               the model could not give a usable answer
+│   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
+│   ├── LLMUnavailable     connection refused, 429 or 5xx after retries
+│   ├── ContextOverflow    the provider says the request is larger than its window
+│   └── LLMBadResponse     the answer could not be parsed
+│       └── ReplyInvalid   the answer is not the JSON object the prompt asks for
+└── ToolError              a tool was called with bad arguments or failed
 """
 
 from __future__ import annotations
@@ -22,8 +26,20 @@ class ConfigError(MnemoError):
     """The configuration file or environment is invalid."""
 
 
+class InputError(MnemoError, ValueError):
+    """Input that cannot be used as given; the message says what is wrong with it."""
+
+
 class StorageError(MnemoError):
     """The database could not be opened or migrated."""
+
+
+class LeaseLost(StorageError):
+    """Another pass or process took the chat over (or moved its cursor) meanwhile."""
+
+
+class EmbeddingUnavailable(MnemoError):
+    """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
 
 
 class LLMError(MnemoError):
@@ -44,6 +60,10 @@ class ContextOverflow(LLMError):
 
 class LLMBadResponse(LLMError):
     """The model's answer could not be parsed."""
+
+
+class ReplyInvalid(LLMBadResponse):
+    """The model's reply is not the JSON object the prompt asks for."""
 
 
 class ToolError(MnemoError):

@@ -1,84 +1,80 @@
-"""How memory, the reflector and strategies plug into the turn loop without the core knowing them.
+"""The extensions of one bot and what they contribute: tools, commands, context, hooks.
 
-An `Extension` may contribute tools, slash commands, dynamic-context sections, an
-`intercept` that answers a message without a model call (e.g. `remember: …`),
-background services (the reflector scheduler) and `mnemo doctor` checks.
+`Extensions` is the registry the turn loop talks to; it calls each extension's hooks in
+registration order (the built-ins first, see `core.hooks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+import logging
+from collections.abc import Iterator
 
-if TYPE_CHECKING:
-    from core.doctor import Check
-    from core.tools import Tool
-    from core.turn import TurnContext
+from core.api import Check, Command, ContextSection, Extension, Service, TurnContext
+from core.tools import ToolRegistry
 
-CommandHandler = Callable[["TurnContext", str], Awaitable[str]]
+logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Command:
-    """A slash command: `/name args`. The handler returns the reply text."""
+class Extensions:
+    """Every registered extension; tools and commands are collected as they are added."""
 
-    name: str
-    description: str
-    handler: CommandHandler
+    def __init__(self) -> None:
+        self._items: list[Extension] = []
+        self.tools = ToolRegistry()
+        self._commands: dict[str, Command] = {}
 
+    def add(self, extension: Extension) -> None:
+        self._items.append(extension)
+        for tool in extension.tools():
+            self.tools.register(tool)
+        for command in extension.commands():
+            self._commands[command.name] = command
 
-@dataclass(frozen=True)
-class ContextSection:
-    """One block of the dynamic context (file memory, memories, strategies, …).
+    def __iter__(self) -> Iterator[Extension]:
+        return iter(list(self._items))
 
-    Higher `priority` is kept longer when the budget is tight; `protected` sections are
-    never cut.
-    """
+    def command(self, name: str) -> Command | None:
+        return self._commands.get(name)
 
-    key: str
-    source: str
-    text: str
-    priority: int = 50
-    protected: bool = False
+    def command_list(self) -> list[Command]:
+        return sorted(self._commands.values(), key=lambda command: command.name)
 
-
-class Service(Protocol):
-    """A background job (e.g. the reflector scheduler) that runs until cancelled."""
-
-    name: str
-
-    async def run(self) -> None: ...
-
-
-class Extension:
-    """Base class with no-op defaults; override what the extension provides."""
-
-    name = "extension"
-
-    def tools(self) -> list[Tool]:
-        return []
-
-    def commands(self) -> list[Command]:
-        return []
+    async def start(self) -> None:
+        for extension in self._items:
+            await extension.start()
 
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
-        return []
+        sections: list[ContextSection] = []
+        for extension in self._items:
+            sections.extend(await extension.context_sections(turn))
+        return sections
 
     async def intercept(self, turn: TurnContext) -> str | None:
-        """Answer the message without the model, or return None to go on."""
+        for extension in self._items:
+            answer = await extension.intercept(turn)
+            if answer is not None:
+                return answer
         return None
 
     async def after_turn(self, turn: TurnContext) -> None:
-        """Called after a turn's messages are stored."""
+        for extension in self._items:
+            await extension.after_turn(turn)
 
     async def before_compaction(self, turn: TurnContext) -> None:
-        """Called before the chat's history is summarised (the reflector saves facts first)."""
+        """Let every extension save what it needs (facts) before detail is summarised."""
+        for extension in self._items:
+            try:
+                await extension.before_compaction(turn)
+            except Exception:
+                logger.exception(
+                    "before_compaction of %s failed; compacting anyway", extension.name
+                )
 
     def services(self) -> list[Service]:
-        """Background jobs that `mnemo run` starts."""
-        return []
+        return [service for extension in self._items for service in extension.services()]
 
     async def checks(self) -> list[Check]:
-        """Lines for `mnemo doctor`."""
-        return []
+        found: list[Check] = []
+        for extension in self._items:
+            found.extend(await extension.checks())
+        return found

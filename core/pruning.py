@@ -5,14 +5,14 @@ Works on copies of the request messages; the stored history is never touched.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.text import strip_think
+
 STUB_CHARS = 200
 REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
-_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def prune_request(
             for key in dropped:
                 removed += len(str(entry.pop(key)))
             if isinstance(content, str) and "<think>" in content:
-                entry["content"] = _THINK_BLOCK.sub("", content)
+                entry["content"] = strip_think(content)
                 removed += len(content) - len(entry["content"])
                 dropped.append("think")
             reasoning += bool(dropped)

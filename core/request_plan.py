@@ -1,16 +1,22 @@
 """One model request, planned: layout, section budgets, token estimate, request-time pruning.
 
-`plan_request()` is what `Agent.build_request()` and `/context` both use, so what
-/context shows is what the next request would be.
+`RequestPlanner.plan()` is what the turn loop and `/context` both use, so what /context
+shows is what the next request would be. It takes the dynamic sections as given: the
+caller gathers them from the extensions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from core.api import Chat, ContextSection
 from core.budget import SectionMeta, apply_budget, section_budget
+from core.calibration import estimator_for
+from core.config import Config
 from core.context import (
     RequestParts,
     message_for_request,
@@ -19,10 +25,9 @@ from core.context import (
     static_prefix,
 )
 from core.pruning import PruneStats, prune_request
-from core.tokens import TokenEstimator, effective_window, estimator_for
-
-if TYPE_CHECKING:
-    from core.turn import Agent, TurnContext
+from core.store import SessionStore
+from core.tokens import TokenEstimator, effective_window
+from core.tools import ToolRegistry
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
 
@@ -71,53 +76,60 @@ def _part_tokens(estimator: TokenEstimator, parts: RequestParts) -> dict[str, in
     }
 
 
-def request_parts(
-    agent: Agent, turn: TurnContext, pending: list[dict[str, Any]], dynamic: str
-) -> RequestParts:
-    """The layout of the next request from the stored history and this turn's messages."""
-    older, newest = split_newest(agent.store.history(turn.chat.id))
-    group = turn.chat.kind != "private"
-    limit = agent.config.context.tool_result_max_chars * 4
-    return RequestParts(
-        prefix=static_prefix(agent.config, agent.tools.names, agent.today()),
-        summary=agent.store.session(turn.chat.id).summary,
-        history=[message_for_request(m, group, limit) for m in older],
-        dynamic=dynamic,
-        newest=[message_for_request(m, group, limit) for m in newest] + pending,
-    )
+@dataclass
+class RequestPlanner:
+    """Plans a chat's next request from the config, its stored session, the tools and the
+    dynamic sections."""
 
+    config: Config
+    store: SessionStore
+    tools: ToolRegistry
+    model: str
+    today: Callable[[], date] = date.today
 
-async def plan_request(
-    agent: Agent,
-    turn: TurnContext,
-    pending: list[dict[str, Any]],
-    *,
-    tools: bool,
-    protect_turns: int | None = None,
-) -> RequestPlan:
-    """Build the next request; prune it when its estimate passes `prune_threshold`.
+    def parts(self, chat: Chat, pending: Sequence[dict[str, Any]], dynamic: str) -> RequestParts:
+        """The layout of the next request from the stored history and this turn's messages."""
+        older, newest = split_newest(self.store.history(chat.id))
+        group = chat.kind != "private"
+        limit = self.config.context.tool_result_max_chars * 4
+        return RequestParts(
+            prefix=static_prefix(self.config, self.tools.names, self.today()),
+            summary=self.store.session(chat.id).summary,
+            history=[message_for_request(m, group, limit) for m in older],
+            dynamic=dynamic,
+            newest=[message_for_request(m, group, limit) for m in newest] + list(pending),
+        )
 
-    `protect_turns` forces pruning with that many protected user turns (emergency use).
-    """
-    config = agent.config
-    estimator = estimator_for(agent.store.conn, config, agent.llm.model)
-    budgeted = apply_budget(
-        await agent.dynamic_sections(turn), section_budget(config, estimator.chars_per_token)
-    )
-    parts = request_parts(agent, turn, pending, render_dynamic(budgeted.sections))
-    plan = RequestPlan(
-        messages=parts.messages(),
-        tools=agent.tools.schemas() if tools else None,
-        sections=budgeted.meta,
-        estimator=estimator,
-        window=effective_window(config.llm),
-        parts=_part_tokens(estimator, parts),
-    )
-    if protect_turns is None:
-        if plan.share <= config.context.prune_threshold:
-            return plan
-        protect_turns = config.context.protect_turns
-    messages, stats = prune_request(plan.messages, protect_turns)
-    return RequestPlan(
-        messages, plan.tools, plan.sections, estimator, plan.window, plan.parts, stats
-    )
+    def plan(
+        self,
+        chat: Chat,
+        sections: Sequence[ContextSection],
+        pending: Sequence[dict[str, Any]] = (),
+        *,
+        tools: bool,
+        protect_turns: int | None = None,
+    ) -> RequestPlan:
+        """The next request, pruned when its estimate passes `prune_threshold`.
+
+        `protect_turns` forces pruning with that many protected user turns (emergency use).
+        """
+        config = self.config
+        estimator = estimator_for(self.store, config, self.model)
+        budgeted = apply_budget(sections, section_budget(config, estimator.chars_per_token))
+        parts = self.parts(chat, pending, render_dynamic(budgeted.sections))
+        plan = RequestPlan(
+            messages=parts.messages(),
+            tools=self.tools.schemas() if tools else None,
+            sections=budgeted.meta,
+            estimator=estimator,
+            window=effective_window(config.llm),
+            parts=_part_tokens(estimator, parts),
+        )
+        if protect_turns is None:
+            if plan.share <= config.context.prune_threshold:
+                return plan
+            protect_turns = config.context.protect_turns
+        messages, stats = prune_request(plan.messages, protect_turns)
+        return RequestPlan(
+            messages, plan.tools, plan.sections, estimator, plan.window, plan.parts, stats
+        )

@@ -1,32 +1,27 @@
-"""SessionStore: chats, their messages, the current session and LLM usage, in SQLite."""
+"""The core's storage interface: chats, their messages, sessions, compactions, LLM usage.
+
+`SessionStore` is the one door the core uses; `core.sqlite_store.SqliteSessionStore` is
+the SQLite implementation. Records here are plain frozen dataclasses.
+"""
 
 from __future__ import annotations
 
-import json
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
-from core.db import Connection, transaction
+from core.api import Chat
+from core.tokens import Calibration
 
-DEFAULT_CHARS_PER_TOKEN = 4.0
-
-
-def estimate_tokens(text: str, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
-    """A character-based token estimate (the context module calibrates the ratio)."""
-    return int(len(text) / chars_per_token) + 1
-
-
-@dataclass(frozen=True)
-class Chat:
-    id: int
-    channel: str
-    external_chat_id: str
-    title: str
-    kind: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.channel}:{self.external_chat_id}"
+__all__ = [
+    "Calibration",
+    "Chat",
+    "CompactionRecord",
+    "NewMessage",
+    "Session",
+    "SessionStore",
+    "StoredMessage",
+]
 
 
 @dataclass(frozen=True)
@@ -71,134 +66,88 @@ class Session:
     updated_at: str
 
 
-_MESSAGE_COLUMNS = (
-    "id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at, token_estimate"
-)
+@dataclass(frozen=True)
+class CompactionRecord:
+    """One compaction as stored: which messages it covered and what it produced."""
+
+    trigger: Literal["threshold", "overflow", "command"]
+    status: Literal["summarised", "fallback"]
+    first_message_id: int
+    last_message_id: int
+    messages_compacted: int
+    tokens_before: int
+    tokens_after: int
+    summary_calls: int
+    archive_path: str
+    summary: str | None  # None keeps the session's previous summary
+    error: str = ""
 
 
-def _message(row: tuple[Any, ...]) -> StoredMessage:
-    return StoredMessage(
-        id=row[0],
-        chat_id=row[1],
-        role=row[2],
-        sender=row[3] or "",
-        content=row[4] or "",
-        tool_calls=json.loads(row[5]) if row[5] else None,
-        tool_call_id=row[6],
-        created_at=row[7],
-        token_estimate=row[8],
-    )
+class SessionStore(Protocol):
+    """Every read and write of chats, messages, sessions and usage."""
 
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One unit of work: everything inside commits together or not at all."""
+        ...
 
-class SessionStore:
-    """All reads and writes of chats, messages, sessions and usage go through here."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
+    # -- chats
     def get_or_create_chat(
         self, channel: str, external_chat_id: str, title: str = "", kind: str = "private"
-    ) -> Chat:
-        with transaction(self.conn):
-            self.conn.execute(
-                "INSERT INTO chats (channel, external_chat_id, title, kind) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (channel, external_chat_id) DO UPDATE SET"
-                " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE title END",
-                (channel, external_chat_id, title, kind),
-            )
-            row = self.conn.execute(
-                "SELECT id, channel, external_chat_id, title, kind FROM chats"
-                " WHERE channel = ? AND external_chat_id = ?",
-                (channel, external_chat_id),
-            ).fetchone()
-            self.conn.execute("INSERT OR IGNORE INTO sessions (chat_id) VALUES (?)", (row[0],))
-        return Chat(row[0], row[1], row[2], row[3] or "", row[4])
+    ) -> Chat: ...
 
-    def find_chat(self, channel: str, external_chat_id: str) -> Chat | None:
-        row = self.conn.execute(
-            "SELECT id, channel, external_chat_id, title, kind FROM chats"
-            " WHERE channel = ? AND external_chat_id = ?",
-            (channel, external_chat_id),
-        ).fetchone()
-        return Chat(row[0], row[1], row[2], row[3] or "", row[4]) if row else None
+    def find_chat(self, channel: str, external_chat_id: str) -> Chat | None: ...
 
-    def chat_by_id(self, chat_id: int) -> Chat | None:
-        row = self.conn.execute(
-            "SELECT id, channel, external_chat_id, title, kind FROM chats WHERE id = ?",
-            (chat_id,),
-        ).fetchone()
-        return Chat(row[0], row[1], row[2], row[3] or "", row[4]) if row else None
+    def chat_by_id(self, chat_id: int) -> Chat | None: ...
 
+    def list_chats(self, limit: int = 100) -> list[Chat]:
+        """Chats, oldest first."""
+        ...
+
+    # -- messages
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:
         """Store `messages` in one transaction; return their ids in order."""
-        ids: list[int] = []
-        with transaction(self.conn):
-            for message in messages:
-                cursor = self.conn.execute(
-                    "INSERT INTO messages (chat_id, role, sender, content, tool_calls,"
-                    " tool_call_id, token_estimate) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        chat_id,
-                        message.role,
-                        message.sender,
-                        message.content,
-                        json.dumps(message.tool_calls) if message.tool_calls else None,
-                        message.tool_call_id,
-                        estimate_tokens(message.content)
-                        + estimate_tokens(json.dumps(message.tool_calls or "")),
-                    ),
-                )
-                ids.append(int(cursor.lastrowid))
-        return ids
-
-    def session(self, chat_id: int) -> Session:
-        row = self.conn.execute(
-            "SELECT chat_id, summary, compaction_count, started_at_message_id, updated_at"
-            " FROM sessions WHERE chat_id = ?",
-            (chat_id,),
-        ).fetchone()
-        if row is None:
-            self.conn.execute("INSERT OR IGNORE INTO sessions (chat_id) VALUES (?)", (chat_id,))
-            return self.session(chat_id)
-        return Session(row[0], row[1], row[2], row[3], row[4])
+        ...
 
     def history(self, chat_id: int, *, after_id: int | None = None) -> list[StoredMessage]:
         """The current session's messages, oldest first (after `after_id` if given)."""
-        start = self.session(chat_id).started_at_message_id if after_id is None else after_id
-        rows = self.conn.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ? ORDER BY id",
-            (chat_id, start),
-        ).fetchall()
-        return [_message(row) for row in rows]
+        ...
 
     def messages_between(self, chat_id: int, after_id: int, limit: int) -> list[StoredMessage]:
         """Up to `limit` messages of the chat newer than `after_id`, oldest first."""
-        rows = self.conn.execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ?"
-            " ORDER BY id LIMIT ?",
-            (chat_id, after_id, limit),
-        ).fetchall()
-        return [_message(row) for row in rows]
+        ...
 
-    def count_messages(self, chat_id: int) -> int:
-        return int(
-            self.conn.execute(
-                "SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,)
-            ).fetchone()[0]
-        )
+    def count_messages(self, chat_id: int | None = None) -> int:
+        """Messages of the chat (of every chat when None)."""
+        ...
+
+    def newest_message_id(self, chat_id: int) -> int:
+        """The id of the chat's newest message, 0 when it has none."""
+        ...
+
+    # -- sessions and compactions
+    def session(self, chat_id: int) -> Session: ...
 
     def reset_session(self, chat_id: int) -> None:
         """Start a new session: later requests see only newer messages; nothing is deleted."""
-        with transaction(self.conn):
-            last = self.conn.execute(
-                "SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = ?", (chat_id,)
-            ).fetchone()[0]
-            self.conn.execute(
-                "UPDATE sessions SET summary = NULL, started_at_message_id = ?,"
-                " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE chat_id = ?",
-                (last, chat_id),
-            )
+        ...
 
+    def record_compaction(self, chat_id: int, compaction: CompactionRecord) -> int:
+        """Store the compaction, mark its messages and move the session start, together."""
+        ...
+
+    def compaction_totals(self, chat_id: int) -> tuple[int, int]:
+        """(compactions so far, estimated tokens saved by them) for the chat."""
+        ...
+
+    def archive_paths(self) -> list[str]:
+        """Where every compaction archived its messages, oldest first."""
+        ...
+
+    def compacted_message_ids(self) -> set[int]:
+        """Ids of every message some compaction covered."""
+        ...
+
+    # -- model usage and calibration
     def record_usage(
         self,
         chat_id: int | None,
@@ -208,9 +157,8 @@ class SessionStore:
         completion_tokens: int | None,
         latency_ms: int,
         ok: bool = True,
-    ) -> None:
-        self.conn.execute(
-            "INSERT INTO llm_usage (chat_id, kind, model, prompt_tokens, completion_tokens,"
-            " latency_ms, ok) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (chat_id, kind, model, prompt_tokens, completion_tokens, latency_ms, int(ok)),
-        )
+    ) -> None: ...
+
+    def load_calibration(self, model: str) -> Calibration | None: ...
+
+    def save_calibration(self, calibration: Calibration) -> None: ...

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core.config import Config
-from core.context import clip_middle
 from core.errors import LLMError
 from core.llm import LLM, is_overflow_message
 from core.store import SessionStore, StoredMessage
+from core.text import clip_middle, strip_think
 from core.tokens import TokenEstimator, effective_window
+from core.usage import complete_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +42,11 @@ SUMMARY_PROMPT = (
     "holds, change what changed, add what is new, drop what is finished and irrelevant. "
     "Write 'none' under a heading with nothing to say. Output only the summary."
 )
+USAGE_KIND = "compaction"
 ENTRY_MAX_CHARS = 2_000
 MIN_SUMMARY_CHARS = 40
 MIN_HEADINGS = 3
 _ERROR_STARTS = ("error", "sorry", "i'm sorry", "i am sorry", "i cannot", "i can't", "as an ai")
-_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def fit_summary_request(
 
 def usable_summary(text: str) -> str | None:
     """The cleaned summary, or None for empty answers, error texts and unstructured junk."""
-    cleaned = _THINK_BLOCK.sub("", text).strip()
+    cleaned = strip_think(text)
     lowered = cleaned.lower()
     if len(cleaned) < MIN_SUMMARY_CHARS or is_overflow_message(lowered):
         return None
@@ -121,18 +121,9 @@ async def summarise(
     """Ask the model for the updated summary of `old`; never raises an `LLMError`."""
     messages, covered = fit_summary_request(previous, old, estimator, effective_window(config.llm))
     try:
-        completion = await llm.complete(messages, None)
+        completion = await complete_recorded(llm, store, chat_id, USAGE_KIND, messages)
     except LLMError as exc:
-        store.record_usage(chat_id, "compaction", llm.model, None, None, 0, ok=False)
         return SummaryOutcome(None, 1, covered, f"{type(exc).__name__}: {exc}")
-    store.record_usage(
-        chat_id,
-        "compaction",
-        completion.model or llm.model,
-        completion.prompt_tokens,
-        completion.completion_tokens,
-        completion.latency_ms,
-    )
     summary = usable_summary(completion.content)
     if summary is None:
         preview = json.dumps(completion.content[:120])

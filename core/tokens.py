@@ -1,9 +1,9 @@
-"""Token accounting: character-based estimates, known model windows, per-model calibration.
+"""Token accounting: character-based estimates, known model windows, calibration arithmetic.
 
 The estimate is `chars / chars_per_token` plus fixed per-message and per-request
 overheads. Each response's `usage.prompt_tokens` moves the model's ratio towards the
-observed one (an exponential moving average persisted in `context_calibration`), so
-the estimate converges to the server's real tokenizer.
+observed one (an exponential moving average; `core.calibration` persists it per model),
+so the estimate converges to the server's real tokenizer. Pure functions only.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.config import Config, LLMConfig
-from core.db import Connection, transaction
+from core.config import LLMConfig
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_CHARS_PER_TOKEN = 4.0  # the stored per-message estimate, before any calibration
 MESSAGE_OVERHEAD_TOKENS = 4  # role and separators the chat template adds per message
 REQUEST_OVERHEAD_TOKENS = 3  # the assistant turn header
 DEFAULT_WINDOW = 32_768
@@ -53,6 +53,11 @@ KNOWN_WINDOWS: dict[str, int] = {
     "phi4": 16_384,
     "deepseek": 65_536,
 }
+
+
+def estimate_tokens(text: str, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
+    """A character-based token estimate (stored with each message)."""
+    return int(len(text) / chars_per_token) + 1
 
 
 def model_window(model: str) -> int:
@@ -124,21 +129,6 @@ class Calibration:
     last_ratio: float | None
 
 
-def load_calibration(conn: Connection, model: str) -> Calibration | None:
-    row = conn.execute(
-        "SELECT chars_per_token, samples, last_ratio FROM context_calibration WHERE model = ?",
-        (model,),
-    ).fetchone()
-    return Calibration(model, float(row[0]), int(row[1]), row[2]) if row else None
-
-
-def estimator_for(conn: Connection, config: Config, model: str | None = None) -> TokenEstimator:
-    """The calibrated estimator of `model` (default `[llm] model`), else the configured ratio."""
-    calibration = load_calibration(conn, model or config.llm.model)
-    ratio = calibration.chars_per_token if calibration else config.context.chars_per_token
-    return TokenEstimator(ratio)
-
-
 def observed_ratio(chars: int, message_count: int, prompt_tokens: int) -> float | None:
     """chars per token implied by a response's `usage.prompt_tokens`, or None if unusable."""
     content_tokens = prompt_tokens - overhead_tokens(message_count)
@@ -147,32 +137,22 @@ def observed_ratio(chars: int, message_count: int, prompt_tokens: int) -> float 
     return min(MAX_RATIO, max(MIN_RATIO, chars / content_tokens))
 
 
-def calibrate(
-    conn: Connection,
-    config: Config,
+def next_calibration(
+    current: Calibration | None,
+    default_ratio: float,
     model: str,
     chars: int,
     message_count: int,
     prompt_tokens: int | None,
 ) -> Calibration | None:
-    """Move `model`'s ratio towards the one observed in a response; persist and return it."""
+    """`current` moved towards the ratio a response implies; None when it says nothing."""
     if not prompt_tokens:
         return None
     observed = observed_ratio(chars, message_count, prompt_tokens)
     if observed is None:
         return None
-    with transaction(conn):
-        current = load_calibration(conn, model)
-        start = current.chars_per_token if current else config.context.chars_per_token
-        ratio = start + CALIBRATION_RATE * (observed - start)
-        samples = (current.samples if current else 0) + 1
-        conn.execute(
-            "INSERT INTO context_calibration (model, chars_per_token, samples, last_ratio)"
-            " VALUES (?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET"
-            " chars_per_token = excluded.chars_per_token, samples = excluded.samples,"
-            " last_ratio = excluded.last_ratio,"
-            " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
-            (model, ratio, samples, observed),
-        )
+    start = current.chars_per_token if current else default_ratio
+    ratio = start + CALIBRATION_RATE * (observed - start)
+    samples = (current.samples if current else 0) + 1
     logger.debug("calibrated %s: %.3f chars/token (observed %.3f)", model, ratio, observed)
     return Calibration(model, ratio, samples, observed)

@@ -6,18 +6,14 @@ The excerpt names the file, and the `read_tool_result` tool lets the model read 
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from core.api import Chat, Tool, TurnContext
 from core.chat_files import TOOL_RESULTS_DIR, chat_dir, safe_path_part
+from core.clock import utc_now
 from core.config import Config
-from core.context import clip_middle
 from core.errors import ToolError
-from core.store import Chat
-from core.tools import Tool
-
-if TYPE_CHECKING:
-    from core.turn import TurnContext
+from core.text import clip_middle
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +30,7 @@ def keep_tool_result(config: Config, chat: Chat, call_id: str, name: str, result
     """`result` itself when small; else store it as a file and return an excerpt naming it."""
     if len(result) <= config.context.tool_result_max_chars or name == READ_TOOL_NAME:
         return result
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    stamp = utc_now().strftime("%Y%m%dT%H%M%S%f")
     relative = f"{TOOL_RESULTS_DIR}/{stamp}-{safe_path_part(name)}-{safe_path_part(call_id)}.txt"
     path = chat_dir(config, chat) / relative
     try:
@@ -51,17 +47,17 @@ def keep_tool_result(config: Config, chat: Chat, call_id: str, name: str, result
     return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
 
 
-async def read_tool_result(turn: TurnContext, args: dict[str, Any]) -> str:
-    """Read part of a stored tool result of this chat."""
+def read_stored_result(config: Config, chat: Chat, args: dict[str, Any]) -> str:
+    """Part of a stored tool result of this chat (`path`, `offset`, `length`)."""
     relative = str(args.get("path") or "").strip()
     try:
         offset = max(0, int(args.get("offset") or 0))
         length = int(args.get("length") or DEFAULT_READ_CHARS)
     except (TypeError, ValueError) as exc:
         raise ToolError("offset and length must be integers") from exc
-    length = max(1, min(length, turn.config.context.tool_result_max_chars - 200))
-    base = (chat_dir(turn.config, turn.chat) / TOOL_RESULTS_DIR).resolve()
-    target = (chat_dir(turn.config, turn.chat) / relative).resolve()
+    length = max(1, min(length, config.context.tool_result_max_chars - 200))
+    base = (chat_dir(config, chat) / TOOL_RESULTS_DIR).resolve()
+    target = (chat_dir(config, chat) / relative).resolve()
     if not relative or base not in target.parents:
         raise ToolError(f"path must be a file under {TOOL_RESULTS_DIR}/ as named in the excerpt")
     if not target.is_file():
@@ -71,18 +67,24 @@ async def read_tool_result(turn: TurnContext, args: dict[str, Any]) -> str:
     return f"[{relative}: chars {offset}-{offset + len(chunk)} of {len(text)}]\n{chunk}"
 
 
-READ_TOOL = Tool(
-    READ_TOOL_NAME,
-    "Read part of a large earlier tool result that was stored as a file "
-    "(the excerpt in the conversation names its path).",
-    read_tool_result,
-    {
-        "type": "object",
-        "properties": {
-            "path": {"type": "string", "description": "the path named in the excerpt"},
-            "offset": {"type": "integer", "description": "first character to read (0)"},
-            "length": {"type": "integer", "description": "characters to read (4000)"},
+def read_tool(config: Config) -> Tool:
+    """The `read_tool_result` tool for the chats of this config."""
+
+    async def read_tool_result(turn: TurnContext, args: dict[str, Any]) -> str:
+        return read_stored_result(config, turn.chat, args)
+
+    return Tool(
+        READ_TOOL_NAME,
+        "Read part of a large earlier tool result that was stored as a file "
+        "(the excerpt in the conversation names its path).",
+        read_tool_result,
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the path named in the excerpt"},
+                "offset": {"type": "integer", "description": "first character to read (0)"},
+                "length": {"type": "integer", "description": "characters to read (4000)"},
+            },
+            "required": ["path"],
         },
-        "required": ["path"],
-    },
-)
+    )

@@ -1,40 +1,15 @@
-"""The tool registry: each tool is one async function with a JSON-schema signature."""
+"""The tool registry: tools by name, their schemas, and running one safely."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from core.errors import ToolError
-
-if TYPE_CHECKING:
-    from core.turn import TurnContext
+from core.api import Tool, TurnContext
+from core.errors import InputError, ToolError
 
 logger = logging.getLogger(__name__)
-
-ToolFunction = Callable[["TurnContext", dict[str, Any]], Awaitable[str]]
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    function: ToolFunction
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
 
 
 class ToolRegistry:
@@ -69,22 +44,8 @@ class ToolRegistry:
             return await tool.function(turn, args)
         except json.JSONDecodeError as exc:
             return f"error: arguments are not valid JSON ({exc.msg})"
-        except ToolError as exc:
+        except (ToolError, InputError) as exc:
             return f"error: {exc}"
         except Exception as exc:
             logger.exception("tool %s failed", name)
             return f"error: tool {name} failed: {type(exc).__name__}: {exc}"
-
-
-async def get_current_time(turn: TurnContext, args: dict[str, Any]) -> str:
-    """The current date and time in UTC, ISO 8601."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-BUILTIN_TOOLS = [
-    Tool(
-        "get_current_time",
-        "Get the current date and time (UTC, ISO 8601).",
-        get_current_time,
-    ),
-]

@@ -3,137 +3,76 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import date
+from dataclasses import dataclass, replace
 from typing import Any
 
-from core.compaction import compact_session
+from core.api import Inbound, Outbound, TurnContext
+from core.calibration import calibrate
+from core.chat_keys import is_control_chat
+from core.compaction import Compactor
 from core.config import Config
-from core.db import Connection
 from core.errors import ContextOverflow, LLMError, LLMTimeout, LLMUnavailable
-from core.events import Inbound, Outbound
-from core.extensions import Command, ContextSection, Extension
+from core.extensions import Extensions
 from core.llm import LLM, Completion
-from core.request_plan import RequestPlan, plan_request
-from core.store import Chat, NewMessage, SessionStore
-from core.tokens import calibrate, request_chars
-from core.tool_results import READ_TOOL, keep_tool_result
-from core.tools import BUILTIN_TOOLS, ToolRegistry
+from core.request_plan import RequestPlan, RequestPlanner
+from core.store import NewMessage, SessionStore
+from core.text import clean_text
+from core.tokens import request_chars
+from core.tool_results import keep_tool_result
+from core.usage import complete_recorded
 
 logger = logging.getLogger(__name__)
 
-QUERY_CHARS = 500
-
-
-def clean_text(text: str) -> str:
-    """Text safe to store: valid UTF-8, no NUL bytes, platform line endings unified."""
-    text = text.encode("utf-8", "replace").decode("utf-8")
-    return text.replace("\x00", "").replace("\r\n", "\n")
-
-
-@dataclass
-class TurnContext:
-    """Everything a tool, command or extension needs to know about the current turn."""
-
-    agent: Agent
-    chat: Chat
-    inbound: Inbound
-    user_message_id: int = 0
-
-    @property
-    def store(self) -> SessionStore:
-        return self.agent.store
-
-    @property
-    def conn(self) -> Connection:
-        return self.agent.store.conn
-
-    @property
-    def config(self) -> Config:
-        return self.agent.config
-
-    @property
-    def query(self) -> str:
-        """What memory is ranked against: the newest user message, last 500 chars."""
-        return self.inbound.text[-QUERY_CHARS:]
-
-    @property
-    def is_control_chat(self) -> bool:
-        controls = self.config.agent.control_chats
-        return self.chat.key in controls or self.chat.external_chat_id in controls
+USAGE_KIND = "turn"
 
 
 @dataclass
 class Agent:
-    """One bot: config, storage, model, tools, commands and extensions."""
+    """One bot: handles each inbound message with the store, the model and the extensions.
+
+    Built only by the composition root (`bots.runtime`).
+    """
 
     config: Config
     store: SessionStore
     llm: LLM
-    extensions: list[Extension] = field(default_factory=list)
-    today: Callable[[], date] = date.today
-    tools: ToolRegistry = field(init=False)
-    commands: dict[str, Command] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.tools = ToolRegistry([*BUILTIN_TOOLS, READ_TOOL])
-        from core.commands import builtin_commands
-
-        self.commands = {}
-        for command in builtin_commands():
-            self.commands[command.name] = command
-        for extension in self.extensions:
-            for tool in extension.tools():
-                self.tools.register(tool)
-            for command in extension.commands():
-                self.commands[command.name] = command
-
-    def add_extension(self, extension: Extension) -> None:
-        self.extensions.append(extension)
-        for tool in extension.tools():
-            self.tools.register(tool)
-        for command in extension.commands():
-            self.commands[command.name] = command
-
-    def command_list(self) -> list[Command]:
-        return sorted(self.commands.values(), key=lambda command: command.name)
+    extensions: Extensions
+    planner: RequestPlanner
+    compactor: Compactor
 
     async def handle(self, inbound: Inbound) -> Outbound | None:
         """Handle one inbound message; return the reply, or None when none is due."""
-        inbound = _with_clean_text(inbound)
+        inbound = replace(inbound, text=clean_text(inbound.text))
         chat = self.store.get_or_create_chat(
             inbound.channel, inbound.chat_id, inbound.chat_title, inbound.chat_kind
         )
-        turn = TurnContext(self, chat, inbound)
-        command = parse_command(inbound.text) if inbound.respond else None
-        if command is not None and command[0] in self.commands:
-            reply = await self.commands[command[0]].handler(turn, command[1])
-            return self._reply(inbound, reply)
+        turn = TurnContext(chat, inbound, is_control_chat(self.config, chat))
+        parsed = parse_command(inbound.text) if inbound.respond else None
+        command = self.extensions.command(parsed[0]) if parsed else None
+        if parsed is not None and command is not None:
+            return self._reply(inbound, await command.handler(turn, parsed[1]))
         sender = inbound.sender_name or inbound.sender_id
-        [turn.user_message_id] = self.store.append(
-            chat.id, [NewMessage("user", inbound.text, sender=sender)]
-        )
+        [message_id] = self.store.append(chat.id, [NewMessage("user", inbound.text, sender=sender)])
+        turn = replace(turn, user_message_id=message_id)
         if not inbound.respond:
             return None
-        for extension in self.extensions:
-            answer = await extension.intercept(turn)
-            if answer is not None:
-                self.store.append(chat.id, [NewMessage("assistant", answer)])
-                return self._reply(inbound, answer)
+        answer = await self.extensions.intercept(turn)
+        if answer is not None:
+            self.store.append(chat.id, [NewMessage("assistant", answer)])
+            return self._reply(inbound, answer)
         try:
             text = await self.run_model_turn(turn)
         except LLMError as exc:
             logger.warning("turn failed for chat %s: %s", chat.key, exc)
             return self._reply(inbound, user_facing_error(exc), is_error=True)
-        for extension in self.extensions:
-            await extension.after_turn(turn)
+        await self.extensions.after_turn(turn)
         return self._reply(inbound, text)
 
     async def run_model_turn(self, turn: TurnContext) -> str:
         """The tool loop. The turn's assistant and tool messages are stored together at the end."""
         pending: list[dict[str, Any]] = []
         completion: Completion | None = None
+        tools = self.extensions.tools
         for _ in range(self.config.agent.max_tool_iterations):
             completion = await self.call_model(turn, pending, tools=True)
             if not completion.tool_calls:
@@ -146,7 +85,7 @@ class Agent:
                 }
             )
             for call in completion.tool_calls:
-                result = await self.tools.execute(call.name, call.arguments, turn)
+                result = await tools.execute(call.name, call.arguments, turn)
                 result = keep_tool_result(self.config, turn.chat, call.id, call.name, result)
                 pending.append({"role": "tool", "tool_call_id": call.id, "content": result})
         else:
@@ -167,39 +106,43 @@ class Agent:
             return await self._complete(turn, plan)
         except ContextOverflow as exc:
             logger.warning("context overflow in %s (%s); compacting, retrying", turn.chat.key, exc)
-        await compact_session(self, turn, "overflow")
-        plan = await plan_request(self, turn, pending, tools=tools, protect_turns=1)
+        await self.compactor.compact(turn, "overflow")
+        plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
         return await self._complete(turn, plan)
 
     async def prepare_request(
         self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
     ) -> RequestPlan:
         """The next request: compacted first when its estimate passes the threshold."""
-        plan = await plan_request(self, turn, pending, tools=tools)
+        plan = await self.plan(turn, pending, tools=tools)
         over = plan.share > self.config.context.compaction_threshold
-        if over and await compact_session(self, turn, "threshold") is not None:
-            plan = await plan_request(self, turn, pending, tools=tools)
+        if over and await self.compactor.compact(turn, "threshold") is not None:
+            plan = await self.plan(turn, pending, tools=tools)
         if plan.tokens > plan.window:
-            plan = await plan_request(self, turn, pending, tools=tools, protect_turns=1)
+            plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
         return plan
+
+    async def plan(
+        self,
+        turn: TurnContext,
+        pending: list[dict[str, Any]],
+        *,
+        tools: bool,
+        protect_turns: int | None = None,
+    ) -> RequestPlan:
+        """The planned request with the extensions' current dynamic sections."""
+        sections = await self.extensions.context_sections(turn)
+        return self.planner.plan(
+            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns
+        )
 
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate."""
-        try:
-            completion = await self.llm.complete(plan.messages, plan.tools)
-        except LLMError:
-            self.store.record_usage(turn.chat.id, "turn", self.llm.model, None, None, 0, ok=False)
-            raise
-        self.store.record_usage(
-            turn.chat.id,
-            "turn",
-            completion.model or self.llm.model,
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.latency_ms,
+        completion = await complete_recorded(
+            self.llm, self.store, turn.chat.id, USAGE_KIND, plan.messages, plan.tools
         )
         calibrate(
-            self.store.conn,
+            self.store,
             self.config,
             self.llm.model,
             request_chars(plan.messages, plan.tools),
@@ -207,19 +150,6 @@ class Agent:
             completion.prompt_tokens,
         )
         return completion
-
-    async def dynamic_sections(self, turn: TurnContext) -> list[ContextSection]:
-        sections: list[ContextSection] = []
-        for extension in self.extensions:
-            sections.extend(await extension.context_sections(turn))
-        return sections
-
-    async def build_request(
-        self, turn: TurnContext, pending: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
-        """The messages for the next model call of this turn (budgeted and pruned)."""
-        plan = await plan_request(self, turn, pending, tools=False)
-        return plan.messages
 
     def _reply(self, inbound: Inbound, text: str, is_error: bool = False) -> Outbound:
         return Outbound(
@@ -242,12 +172,6 @@ def user_facing_error(exc: LLMError) -> str:
     if isinstance(exc, LLMUnavailable):
         return "Sorry, the model is unavailable right now. Your message is saved; please try again."
     return "Sorry, I could not get a usable answer from the model. Your message is saved."
-
-
-def _with_clean_text(inbound: Inbound) -> Inbound:
-    from dataclasses import replace
-
-    return replace(inbound, text=clean_text(inbound.text))
 
 
 def _to_new_message(entry: dict[str, Any]) -> NewMessage:

@@ -103,8 +103,6 @@ def _load(model: str, query_precision: str) -> Embedder:
     torch.set_num_threads(1)
     st_model = SentenceTransformer(location, device="cpu")
     try:
-        from memory.onnx_embedder import onnx_embedder
-
         return onnx_embedder(st_model, location, name, query_precision)
     except Exception as exc:  # onnxruntime/onnx missing, unsupported model, failed export
         logger.warning(
@@ -140,3 +138,53 @@ def load_embedder(model: str = "", query_precision: str = "int8") -> Embedder | 
             embedder = None
         _cache[key] = embedder
         return embedder
+
+
+def onnx_embedder(
+    st_model: Any, location: str, model_name: str, query_precision: str = "int8"
+) -> Embedder:
+    """An ONNX Runtime embedder for a loaded sentence-transformers model (export if needed).
+
+    Raises when onnxruntime (or, for a first export, onnx) is missing or the export fails.
+    When the int8 query model cannot be made, queries use the float model (logged).
+    """
+    import onnxruntime  # noqa: F401 - fail before a pointless export
+
+    from memory.onnx_embedder import (
+        QUERY_PRECISIONS,
+        OnnxEmbedder,
+        cache_path,
+        check_pipeline,
+        default_threads,
+        export,
+        session_for,
+    )
+    from memory.onnx_query import quantized_path, query_session
+
+    if query_precision not in QUERY_PRECISIONS:
+        raise ValueError(f"query precision must be one of {', '.join(QUERY_PRECISIONS)}")
+    check_pipeline(st_model)
+    path = cache_path(location, model_name)
+    if not path.exists():
+        logger.info("exporting %s to ONNX at %s", model_name, path)
+        export(st_model, path)
+    try:
+        documents = session_for(path, default_threads())
+    except Exception as exc:  # a damaged cache file: export again, once
+        logger.info("cached ONNX model %s unusable (%s); exporting again", path, exc)
+        export(st_model, path)
+        quantized_path(path).unlink(missing_ok=True)
+        documents = session_for(path, default_threads())
+    dimension = getattr(st_model, "get_embedding_dimension", None)
+    if dimension is None:  # sentence-transformers < 6
+        dimension = st_model.get_sentence_embedding_dimension
+    query, precision = query_session(st_model, path, model_name, query_precision)
+    return OnnxEmbedder(
+        documents,
+        query,
+        st_model.tokenizer,
+        int(st_model.max_seq_length),
+        int(dimension()),
+        model_name,
+        precision,
+    )

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from core.api import Check, Command, ContextSection, Extension, Tool, TurnContext
 from core.config import Config
-from core.db import Connection
-from core.doctor import Check
 from core.errors import ToolError
-from core.extensions import Command, ContextSection, Extension
-from core.tools import Tool
 from memory.explicit import parse_explicit
 from memory.injection import max_injectable, memories_section
-from memory.service import EmbedderFactory, MemoryService
+from memory.keeper import EmbedderFactory, MemoryKeeper
+from memory.store import MemoryStore
 from memory.tools import MemoryTools, access_of
-
-if TYPE_CHECKING:
-    from core.turn import TurnContext
 
 logger = logging.getLogger(__name__)
 
@@ -28,11 +22,18 @@ class MemoryExtension(Extension):
     name = "memory"
 
     def __init__(
-        self, config: Config, conn: Connection, embedder_factory: EmbedderFactory | None = None
+        self,
+        config: Config,
+        store: MemoryStore,
+        embedder_factory: EmbedderFactory | None = None,
     ) -> None:
         self.config = config
-        self.service = MemoryService(config, conn, embedder_factory)
-        self._tools = MemoryTools(self.service)
+        self.keeper = MemoryKeeper(config, store, embedder_factory)
+        self._tools = MemoryTools(self.keeper)
+
+    async def start(self) -> None:
+        """Load the embedding model before the first message (not on it)."""
+        await self.keeper.load_embedder()
 
     def tools(self) -> list[Tool]:
         return self._tools.tools()
@@ -45,18 +46,15 @@ class MemoryExtension(Extension):
 
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
         memory = self.config.memory
-        sections = self.service.files.sections(
+        sections = self.keeper.files.sections(
             turn.chat.channel,
             turn.chat.external_chat_id,
             memory.file_scope_max_chars,
             memory.file_total_max_chars,
         )
         if memory.token_budget > 0:
-            await self.service.ensure_embedder()
-            ranked = self.service.rank(
-                turn.chat.id, turn.query, max_injectable(memory.token_budget)
-            )
-            section = memories_section(self.service.conn, turn.chat.id, ranked, memory.token_budget)
+            ranked = self.keeper.rank(turn.chat.id, turn.query, max_injectable(memory.token_budget))
+            section = memories_section(self.keeper.store, turn.chat.id, ranked, memory.token_budget)
             if section is not None:
                 sections.append(section)
         return sections
@@ -67,12 +65,11 @@ class MemoryExtension(Extension):
             return None
         if not fact:
             return "Tell me what to remember, e.g. `remember: my sister is called Ana`."
-        await self.service.ensure_embedder()
-        memory_id, updated = self.service.remember(turn.chat.id, fact)
+        memory_id, updated = self.keeper.remember(turn.chat.id, fact)
         return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
 
     async def memory_command(self, turn: TurnContext, args: str) -> str:
-        memories = self.service.plain_store.list(turn.chat.id)
+        memories = self.keeper.store.list(turn.chat.id)
         if not memories:
             return "I have no memories for this chat yet. Say `remember: …` to add one."
         shown = memories[-LIST_LIMIT:]
@@ -87,14 +84,15 @@ class MemoryExtension(Extension):
         if not text.isdigit():
             return "Usage: /forget ID (the #number shown by /memory)"
         try:
-            memory = self.service.owned(access_of(turn), int(text))
+            memory = self.keeper.owned(access_of(turn), int(text))
         except ToolError as exc:
             return str(exc)
-        self.service.plain_store.delete(memory.id)
+        self.keeper.store.delete(memory.id)
         return f"Forgotten: #{memory.id} {memory.content}"
 
     async def checks(self) -> list[Check]:
-        embedder = await self.service.ensure_embedder()
+        """What `start()` found: the model, the ranking mode, missing vectors."""
+        embedder = self.keeper.embedder
         model = self.config.memory.embedding_model or "all-MiniLM-L6-v2 (bundled)"
         if embedder is None:
             detail = f"{model} could not be loaded; memory ranking uses keywords only"
@@ -104,8 +102,8 @@ class MemoryExtension(Extension):
             detail = f"{embedder.model_name} ({embedder.dim} dims, {queries} queries)"
             checks = [Check("embedding model", True, detail)]
         checks.append(self._ranking_check())
-        if embedder is not None and self.service.conn.info.vec_loaded:
-            missing = self.service.store.count_missing_vectors()
+        if self.keeper.store.vectors_enabled:
+            missing = self.keeper.store.count_missing_vectors()
             detail = (
                 f"{missing} memories lack a vector; run `mnemo memory reindex`"
                 if missing
@@ -115,9 +113,9 @@ class MemoryExtension(Extension):
         return checks
 
     def _ranking_check(self) -> Check:
-        wanted, mode = self.config.memory.retriever, self.service.mode()
+        wanted, mode = self.config.memory.retriever, self.keeper.mode()
         if mode == wanted:
             return Check("memory ranking", True, mode)
-        vec = "loaded" if self.service.conn.info.vec_loaded else "not loaded"
-        detail = f"{wanted} unavailable (sqlite-vec {vec}); falling back to {mode}"
+        reason = self.keeper.store.vectors_unavailable()
+        detail = f"{wanted} unavailable ({reason}); falling back to {mode}"
         return Check("memory ranking", False, detail, fatal=False)

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.api import ContextSection
 from core.chat_files import safe_path_part
-from core.context import clip_middle
-from core.extensions import ContextSection
+from core.text import clip_middle
 
 FILE_NAME = "AGENTS.md"
 SCOPES = ("global", "channel", "chat")

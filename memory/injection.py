@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.db import Connection
-from core.extensions import ContextSection
-from memory.rank import RankedMemory
-from memory.store import ACTIVE_SQL, Memory
+from core.api import ContextSection
+from memory.retrieval import RankedMemory
+from memory.store import Memory, MemoryStore
 
 SECTION_KEY = "memories"
 SECTION_PRIORITY = 60
@@ -44,20 +43,11 @@ def render_memories(chosen: Sequence[Memory], left_out: int) -> str:
     return "\n".join(lines)
 
 
-def count_candidates(conn: Connection, chat_id: int | None) -> int:
-    """Active memories this chat may see (its own and global ones)."""
-    row = conn.execute(
-        f"SELECT count(*) FROM memories WHERE (chat_id IS ? OR chat_id IS NULL) AND {ACTIVE_SQL}",
-        (chat_id,),
-    ).fetchone()
-    return int(row[0])
-
-
 def memories_section(
-    conn: Connection, chat_id: int, ranked: Sequence[RankedMemory], token_budget: int
+    store: MemoryStore, chat_id: int, ranked: Sequence[RankedMemory], token_budget: int
 ) -> ContextSection | None:
     """The structured-memory block for one request, or None when there is nothing to show."""
-    total = count_candidates(conn, chat_id)
+    total = store.count_active(chat_id, with_global=True)
     if total == 0 or token_budget <= 0:
         return None
     chosen = select_within_budget(ranked, token_budget)

@@ -24,6 +24,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from core.errors import EmbeddingUnavailable
+
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 64
@@ -31,7 +33,7 @@ QUERY_CACHE_SIZE = 512
 OPSET = 17
 
 
-class OnnxUnsupported(RuntimeError):
+class OnnxUnsupported(EmbeddingUnavailable):
     """The model's pipeline is not one this module reproduces exactly."""
 
 
@@ -273,44 +275,3 @@ class OnnxEmbedder:
         hidden = session.run(["last_hidden_state"], feeds)[0]  # run() is thread-safe
         result: list[list[float]] = mean_pool(hidden, feeds["attention_mask"]).tolist()
         return result
-
-
-def onnx_embedder(
-    st_model: Any, location: str, model_name: str, query_precision: str = "int8"
-) -> OnnxEmbedder:
-    """An ONNX Runtime embedder for a loaded sentence-transformers model (export if needed).
-
-    Raises when onnxruntime (or, for a first export, onnx) is missing or the export fails.
-    When the int8 query model cannot be made, queries use the float model (logged).
-    """
-    import onnxruntime  # noqa: F401 - fail before a pointless export
-
-    from memory.onnx_query import quantized_path, query_session  # they build on this module
-
-    if query_precision not in QUERY_PRECISIONS:
-        raise ValueError(f"query precision must be one of {', '.join(QUERY_PRECISIONS)}")
-    check_pipeline(st_model)
-    path = cache_path(location, model_name)
-    if not path.exists():
-        logger.info("exporting %s to ONNX at %s", model_name, path)
-        export(st_model, path)
-    try:
-        documents = session_for(path, default_threads())
-    except Exception as exc:  # a damaged cache file: export again, once
-        logger.info("cached ONNX model %s unusable (%s); exporting again", path, exc)
-        export(st_model, path)
-        quantized_path(path).unlink(missing_ok=True)
-        documents = session_for(path, default_threads())
-    dimension = getattr(st_model, "get_embedding_dimension", None)
-    if dimension is None:  # sentence-transformers < 6
-        dimension = st_model.get_sentence_embedding_dimension
-    query, precision = query_session(st_model, path, model_name, query_precision)
-    return OnnxEmbedder(
-        documents,
-        query,
-        st_model.tokenizer,
-        int(st_model.max_seq_length),
-        int(dimension()),
-        model_name,
-        precision,
-    )

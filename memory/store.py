@@ -1,41 +1,33 @@
-"""MemoryStore: structured memories (PROFILE / KNOWLEDGE / EVENT) and their derived indexes.
+"""The memory package's storage interface: structured memories and what ranking reads.
 
-Every write keeps the FTS5 row and, when sqlite-vec and an embedder are available, the
-vector row in step with the `memories` row, inside the caller's transaction if one is open.
+`MemoryStore` is the one door; `memory.sqlite_store.SqliteMemoryStore` is the SQLite
+implementation (FTS5 and sqlite-vec as derived indexes). Records and input checks are
+here, shared by every implementation.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from core.db import Connection, transaction
-from core.errors import MnemoError
-from memory import index
-from memory.embeddings import Embedder
-from memory.ranking import jaccard_sets, tokens
+from core.errors import InputError
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from memory.embeddings import Embedder
 
 CATEGORIES = ("PROFILE", "KNOWLEDGE", "EVENT")
 MAX_CONTENT_CHARS = 2000
-NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
-ACTIVE_SQL = f"archived = 0 AND (expires_at IS NULL OR expires_at > {NOW_SQL})"
+GLOBAL_SCOPE = 0  # the scope number of global memories (`chat_id` NULL) in indexes and logs
 
-_COLUMNS = (
-    "id, chat_id, content, category, confidence, source, created_at, updated_at,"
-    " last_seen_at, archived, expires_at, embedding_model, context"
-)
-
-
-Vector = list[float]  # aliases: `MemoryStore.list` shadows the builtin inside the class
-
-
-class MemoryInputError(MnemoError, ValueError):
-    """A memory was given bad content, category, confidence or expiry."""
+# Aliases: inside the store classes the name `list` is the method that lists memories.
+Vector = list[float]
+Memories = list["Memory"]
+Ids = list[int]
+Scored = list[tuple[int, float]]
+RankingRows = list[tuple[int, str, str]]
 
 
 @dataclass(frozen=True)
@@ -59,42 +51,40 @@ class Memory:
         return f"[{self.category}] {self.content}"
 
 
-Memories = list[Memory]
+@dataclass(frozen=True)
+class Marks:
+    """The last change-log entries a chat's keyword lists include: its scope and global."""
+
+    chat: int
+    shared: int
 
 
-def memory_from_row(row: tuple[Any, ...]) -> Memory:
-    return Memory(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        float(row[4]),
-        row[5] or "",
-        row[6],
-        row[7],
-        row[8],
-        bool(row[9]),
-        row[10],
-        row[11],
-        row[12] or "",
-    )
+@dataclass(frozen=True)
+class Changes:
+    """What changed in a chat's and the global scope after some `Marks`."""
+
+    marks: Marks
+    memory_ids: frozenset[int]
+    pruned_through: int  # 0 unless the log lost entries the lists may not have seen
+
+
+def scope_of(chat_id: int | None) -> int:
+    return GLOBAL_SCOPE if chat_id is None else chat_id
 
 
 def clean_content(content: str) -> str:
     text = " ".join(str(content).split())
     if not text:
-        raise MemoryInputError("memory content is empty")
+        raise InputError("memory content is empty")
     if len(text) > MAX_CONTENT_CHARS:
-        raise MemoryInputError(
-            f"memory content is {len(text)} chars; the limit is {MAX_CONTENT_CHARS}"
-        )
+        raise InputError(f"memory content is {len(text)} chars; the limit is {MAX_CONTENT_CHARS}")
     return text
 
 
 def clean_category(category: str) -> str:
     value = str(category).strip().upper()
     if value not in CATEGORIES:
-        raise MemoryInputError(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
+        raise InputError(f"category must be one of {', '.join(CATEGORIES)}, not {category!r}")
     return value
 
 
@@ -105,7 +95,7 @@ def clean_expiry(expires_at: str | None) -> str | None:
     try:
         moment = datetime.fromisoformat(str(expires_at).strip().replace("Z", "+00:00"))
     except ValueError as exc:
-        raise MemoryInputError(f"expires_at {expires_at!r} is not an ISO 8601 date") from exc
+        raise InputError(f"expires_at {expires_at!r} is not an ISO 8601 date") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
@@ -113,58 +103,37 @@ def clean_expiry(expires_at: str | None) -> str | None:
 
 def check_confidence(confidence: float) -> float:
     if not 0.0 <= float(confidence) <= 1.0:
-        raise MemoryInputError(f"confidence must be within 0..1, not {confidence}")
+        raise InputError(f"confidence must be within 0..1, not {confidence}")
     return float(confidence)
 
 
-class MemoryStore:
-    """All reads and writes of structured memories go through here."""
+class MemoryStore(Protocol):
+    """Every read and write of structured memories and of their derived indexes."""
 
-    def __init__(self, conn: Connection, embedder: Embedder | None = None) -> None:
-        self.conn = conn
-        self.embedder = embedder
-        self._vectors_checked = False
+    embedder: Embedder | None
 
-    # -- vectors -----------------------------------------------------------------------
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+    def with_embedder(self, embedder: Embedder | None) -> MemoryStore:
+        """The same store (same connection and caches) embedding with `embedder`."""
+        ...
 
     @property
     def vectors_enabled(self) -> bool:
-        """Whether new memories get a vector now (sqlite-vec loaded and an embedder set)."""
-        return self._vector_model() is not None
+        """Whether new memories get a vector (vectors are supported and an embedder is set)."""
+        ...
 
-    def _vector_model(self) -> str | None:
-        """The model name vectors are stored for, after making sure the table fits it."""
-        if self.embedder is None or not self.conn.info.vec_loaded:
-            return None
-        if not self._vectors_checked:
-            with transaction(self.conn):
-                index.ensure_vector_table(self.conn, self.embedder.model_name, self.embedder.dim)
-            self._vectors_checked = True
-        return self.embedder.model_name
+    def prepare_vectors(self) -> bool:
+        """Make the vector index fit the embedder (a change of model rebuilds it); True when
+        it was (re)created."""
+        ...
 
-    def _embedding_for(
-        self, content: str, given: Vector | None, context: str = ""
-    ) -> Vector | None:
-        if self._vector_model() is None or self.embedder is None:
-            return None
-        if given is not None:
-            if len(given) != self.embedder.dim:
-                raise MemoryInputError(
-                    f"embedding has {len(given)} dims; the index holds {self.embedder.dim}"
-                )
-            return given
-        return self.embedder.embed([index.embedding_text(content, context)])[0]
+    def vectors_unavailable(self) -> str | None:
+        """Why KNN cannot run now (no vector support, no embedder, an index of another
+        model), or None when it can."""
+        ...
 
-    def _write_vector(self, memory_id: int, chat_id: int | None, vector: Vector) -> None:
-        assert self.embedder is not None
-        index.store_vector(self.conn, memory_id, chat_id, vector)
-        self.conn.execute(
-            "UPDATE memories SET embedding_model = ? WHERE id = ?",
-            (self.embedder.model_name, memory_id),
-        )
-
-    # -- writes ------------------------------------------------------------------------
-
+    # -- writes
     def add(
         self,
         chat_id: int | None,
@@ -176,147 +145,40 @@ class MemoryStore:
         expires_at: str | None = None,
         embedding: Vector | None = None,
         context: str = "",
-    ) -> int:
-        """Store a memory (row, FTS row, vector row when possible); return its id.
+    ) -> int: ...
 
-        `context` (e.g. the message before the fact) helps ranking find the memory: it is
-        indexed with a lower weight and embedded with the content, but never injected.
-        """
-        text = clean_content(content)
-        values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
-        around = " ".join(str(context).split())[:MAX_CONTENT_CHARS]
-        vector = self._embedding_for(text, embedding, around)
-        with transaction(self.conn):
-            cursor = self.conn.execute(
-                "INSERT INTO memories (chat_id, content, category, confidence, source,"
-                " expires_at, context) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, text, values[0], values[1], source, values[2], around),
-            )
-            memory_id = int(cursor.lastrowid)
-            index.index_keywords(self.conn, memory_id, chat_id, text, around)
-            if vector is not None:
-                self._write_vector(memory_id, chat_id, vector)
-        return memory_id
+    def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None: ...
 
-    def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None:
-        """Replace a memory's content (and re-index it)."""
-        text = clean_content(content)
-        memory = self._require(memory_id)
-        vector = (
-            self._embedding_for(text, embedding, memory.context) if not memory.archived else None
-        )
-        with transaction(self.conn):
-            self.conn.execute(
-                f"UPDATE memories SET content = ?, updated_at = {NOW_SQL},"
-                f" last_seen_at = {NOW_SQL}, embedding_model = NULL WHERE id = ?",
-                (text, memory_id),
-            )
-            if memory.archived:
-                return
-            index.index_keywords(self.conn, memory_id, memory.chat_id, text, memory.context)
-            if vector is not None:
-                self._write_vector(memory_id, memory.chat_id, vector)
-            elif index.vector_table_exists(self.conn) and self.conn.info.vec_loaded:
-                index.drop_vector(self.conn, memory_id)
+    def touch(self, memory_id: int, confidence: float | None = None) -> None: ...
 
-    def touch(self, memory_id: int, confidence: float | None = None) -> None:
-        """Mark a memory as seen again now (optionally with a new confidence)."""
-        self._require(memory_id)
-        if confidence is None:
-            self.conn.execute(
-                f"UPDATE memories SET last_seen_at = {NOW_SQL} WHERE id = ?", (memory_id,)
-            )
-        else:
-            self.conn.execute(
-                f"UPDATE memories SET last_seen_at = {NOW_SQL}, confidence = ? WHERE id = ?",
-                (check_confidence(confidence), memory_id),
-            )
+    def archive(self, memory_id: int) -> None: ...
 
-    def archive(self, memory_id: int) -> None:
-        """Keep the memory but never rank it again."""
-        self._require(memory_id)
-        with transaction(self.conn):
-            self.conn.execute(
-                f"UPDATE memories SET archived = 1, updated_at = {NOW_SQL} WHERE id = ?",
-                (memory_id,),
-            )
-            self._unindex(memory_id)
+    def delete(self, memory_id: int) -> None: ...
 
-    def delete(self, memory_id: int) -> None:
-        with transaction(self.conn):
-            self._unindex(memory_id)
-            self.conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+    def supersede(self, old_id: int, new_id: int) -> None:
+        """Archive `old_id` and record that `new_id` replaced it."""
+        ...
 
-    def _unindex(self, memory_id: int) -> None:
-        index.unindex(self.conn, memory_id)
-
-    # -- reads -------------------------------------------------------------------------
-
-    def get(self, memory_id: int) -> Memory | None:
-        row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
-        ).fetchone()
-        return memory_from_row(row) if row else None
-
-    def _require(self, memory_id: int) -> Memory:
-        memory = self.get(memory_id)
-        if memory is None:
-            raise MemoryInputError(f"no memory with id {memory_id}")
-        return memory
+    # -- reads
+    def get(self, memory_id: int) -> Memory | None: ...
 
     def list(
         self, chat_id: int | None, *, include_global: bool = True, include_archived: bool = False
-    ) -> Memories:
-        """The chat's memories (and global ones), oldest first."""
-        scope = "chat_id IS ?" + (" OR chat_id IS NULL" if include_global else "")
-        active = "" if include_archived else " AND archived = 0"
-        rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE ({scope}){active} ORDER BY id", (chat_id,)
-        ).fetchall()
-        return [memory_from_row(row) for row in rows]
+    ) -> Memories: ...
 
-    def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
-        found: dict[int, Memory] = {}
-        for start in range(0, len(ids), 500):
-            chunk = tuple(ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
-            rows = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", chunk
-            ).fetchall()
-            found.update((row[0], memory_from_row(row)) for row in rows)
-        return found
+    def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]: ...
 
-    # -- maintenance -------------------------------------------------------------------
+    def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
+        """Active memories (of every scope when `chat_id` is None and not `with_global`)."""
+        ...
 
-    def embed_missing(self, limit: int = 500, progress: Callable[[int], None] | None = None) -> int:
-        """Embed up to `limit` active memories that have no vector of the current model."""
-        model = self._vector_model()
-        if model is None or self.embedder is None:
-            return 0
-        rows = self.conn.execute(
-            "SELECT id, chat_id, content, context FROM memories WHERE archived = 0"
-            " AND (embedding_model IS NULL OR embedding_model != ?) ORDER BY id LIMIT ?",
-            (model, limit),
-        ).fetchall()
-        for start in range(0, len(rows), 256):
-            batch = rows[start : start + 256]
-            vectors = self.embedder.embed([index.embedding_text(row[2], row[3]) for row in batch])
-            with transaction(self.conn):
-                for (memory_id, chat_id, _, _), vector in zip(batch, vectors, strict=True):
-                    self._write_vector(memory_id, chat_id, vector)
-            if progress is not None:
-                progress(len(batch))
-        return len(rows)
+    def newest(self, chat_id: int, limit: int) -> Memories:
+        """The chat's own active memories, newest first."""
+        ...
 
-    def count_missing_vectors(self) -> int:
-        model = self.embedder.model_name if self.embedder else ""
-        return int(
-            self.conn.execute(
-                "SELECT count(*) FROM memories WHERE archived = 0"
-                " AND (embedding_model IS NULL OR embedding_model != ?)",
-                (model,),
-            ).fetchone()[0]
-        )
+    def matching(self, chat_id: int, text: str, limit: int) -> Memories:
+        """The chat's own active memories sharing words with `text`, best match first."""
+        ...
 
     def find_near_duplicate(
         self,
@@ -327,51 +189,52 @@ class MemoryStore:
         max_cosine_distance: float = 0.15,
         min_jaccard: float = 0.5,
         method: str = "auto",
-    ) -> Memory | None:
-        """An active memory of exactly this scope saying nearly the same thing, if any.
+    ) -> Memory | None: ...
 
-        `method` "auto" uses cosine distance when vectors exist, else Jaccard; "jaccard"
-        or "cosine" force one.
-        """
-        if method != "jaccard" and self._vector_model() is not None:
-            vector = self._embedding_for(content, embedding)
-            assert vector is not None
-            for memory_id, distance in index.nearest(
-                self.conn, [index.scope_of(chat_id)], vector, 5
-            ):
-                memory = self.get(memory_id)
-                if distance > max_cosine_distance:
-                    break
-                if memory is not None and memory.chat_id == chat_id and not memory.archived:
-                    return memory
-            return None
-        if method == "cosine":
-            return None
-        return self._jaccard_duplicate(chat_id, content, min_jaccard)
+    # -- what ranking reads
+    def nearest(self, chat_id: int | None, vector: Sequence[float], k: int) -> Scored:
+        """(id, cosine distance) of the `k` nearest vectors of the chat and global scope."""
+        ...
 
-    def _jaccard_duplicate(
-        self, chat_id: int | None, content: str, min_jaccard: float
-    ) -> Memory | None:
-        wanted = tokens(content)
-        best: tuple[float, Memory] | None = None
-        for memory in self.list(chat_id, include_global=False):
-            if memory.chat_id != chat_id:
-                continue
-            score = jaccard_sets(wanted, tokens(memory.content))
-            if score >= min_jaccard and (best is None or score > best[0]):
-                best = (score, memory)
-        return best[1] if best else None
+    def vector_candidates(self, chat_id: int | None, vector: Sequence[float], k: int) -> Ids:
+        """Ids of the approximately nearest vectors, enough to find the `k` nearest after
+        re-scoring them exactly with `similarities`."""
+        ...
 
-    def reindex(self, progress: Callable[[int], None] | None = None) -> int:
-        """Rebuild the keyword index and every vector; return how many memories were embedded."""
-        with transaction(self.conn):
-            index.rebuild_keywords(self.conn)
-            if self._vector_model() is not None:
-                index.clear_vectors(self.conn)
-                self.conn.execute("UPDATE memories SET embedding_model = NULL")
-        total = 0
-        while True:
-            done = self.embed_missing(limit=1000, progress=progress)
-            total += done
-            if done == 0:
-                return total
+    def similarities(self, vector: Sequence[float], memory_ids: Sequence[int]) -> dict[int, float]:
+        """Exact cosine similarity of `vector` to each listed memory that has a vector."""
+        ...
+
+    def ranking_rows(
+        self, chat_id: int | None, memory_ids: Sequence[int] | None = None
+    ) -> RankingRows:
+        """(id, content, context) of the chat's and global active memories (or those listed)."""
+        ...
+
+    @property
+    def cache_key(self) -> object:
+        """What in-process caches of this store's derived data are kept per (its connection)."""
+        ...
+
+    def in_transaction(self) -> bool: ...
+
+    def change_log_end(self) -> int: ...
+
+    def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None: ...
+
+    def prune_change_log(self) -> int: ...
+
+    # -- upkeep
+    def stale_ids(self, confidence_floor: float, days: int, limit: int) -> Ids: ...
+
+    def expired_ids(self, limit: int) -> Ids: ...
+
+    def has_unembedded(self) -> bool: ...
+
+    def embed_missing(
+        self, limit: int = 500, progress: Callable[[int], None] | None = None
+    ) -> int: ...
+
+    def count_missing_vectors(self) -> int: ...
+
+    def reindex(self, progress: Callable[[int], None] | None = None) -> int: ...

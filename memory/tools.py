@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from core.errors import ToolError
-from core.tools import Tool
+from core.api import Tool, TurnContext
+from core.errors import InputError, ToolError
 from memory.files import SCOPES
-from memory.service import Access, MemoryService
-from memory.store import CATEGORIES, MemoryInputError
-
-if TYPE_CHECKING:
-    from core.turn import TurnContext
+from memory.keeper import Access, MemoryKeeper
+from memory.store import CATEGORIES
 
 MAX_SEARCH_K = 50
 
@@ -46,12 +43,12 @@ def scope_arg(args: dict[str, Any]) -> str:
 
 
 class MemoryTools:
-    def __init__(self, service: MemoryService) -> None:
-        self.service = service
+    def __init__(self, keeper: MemoryKeeper) -> None:
+        self.keeper = keeper
 
     async def read_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         scope = scope_arg(args)
-        text = self.service.files.read(scope, turn.chat.channel, turn.chat.external_chat_id)
+        text = self.keeper.files.read(scope, turn.chat.channel, turn.chat.external_chat_id)
         return text or f"(the {scope} AGENTS.md is empty)"
 
     async def write_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
@@ -59,7 +56,7 @@ class MemoryTools:
         content = text_arg(args, "content", required=False)
         if scope != "chat" and not turn.is_control_chat:
             raise ToolError(f"only a control chat may write the {scope} AGENTS.md")
-        files, chat = self.service.files, turn.chat
+        files, chat = self.keeper.files, turn.chat
         if args.get("append"):
             old = files.read(scope, chat.channel, chat.external_chat_id).rstrip("\n")
             content = f"{old}\n{content}" if old else content
@@ -70,10 +67,9 @@ class MemoryTools:
         return f"saved the {scope} AGENTS.md ({len(content)} chars)"
 
     async def search(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        await self.service.ensure_embedder()
         query = text_arg(args, "query")
         k = min(max(int_arg(args, "k", 5), 1), MAX_SEARCH_K)
-        ranked = self.service.rank(turn.chat.id, query, k)
+        ranked = self.keeper.rank(turn.chat.id, query, k)
         if not ranked:
             return "no matching memories"
         return "\n".join(
@@ -83,27 +79,25 @@ class MemoryTools:
         )
 
     async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        await self.service.ensure_embedder()
         content = text_arg(args, "content")
         category = text_arg(args, "category", required=False) or "KNOWLEDGE"
         try:
-            memory_id = self.service.store.add(turn.chat.id, content, category, source="tool")
-        except MemoryInputError as exc:
+            memory_id = self.keeper.store.add(turn.chat.id, content, category, source="tool")
+        except InputError as exc:
             raise ToolError(str(exc)) from exc
         return f"saved memory #{memory_id}"
 
     async def update(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        await self.service.ensure_embedder()
-        memory = self.service.owned(access_of(turn), int_arg(args, "id"))
+        memory = self.keeper.owned(access_of(turn), int_arg(args, "id"))
         try:
-            self.service.store.update(memory.id, text_arg(args, "content"))
-        except MemoryInputError as exc:
+            self.keeper.store.update(memory.id, text_arg(args, "content"))
+        except InputError as exc:
             raise ToolError(str(exc)) from exc
         return f"updated memory #{memory.id}"
 
     async def delete(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        memory = self.service.owned(access_of(turn), int_arg(args, "id"))
-        self.service.plain_store.delete(memory.id)
+        memory = self.keeper.owned(access_of(turn), int_arg(args, "id"))
+        self.keeper.store.delete(memory.id)
         return f"deleted memory #{memory.id}"
 
     def tools(self) -> list[Tool]:

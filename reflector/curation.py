@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from memory.ranking import jaccard
 from memory.strategies.lifecycle import ARCHIVED
 from memory.strategies.store import Strategy, StrategyStore
+from memory.terms import jaccard
 from reflector.quality import check_fact
 
 logger = logging.getLogger(__name__)

@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from core.api import Check, Extension, Service, TurnContext
 from core.config import Config
-from core.doctor import Check
-from core.extensions import Extension, Service
-from core.llm import LLM
-from core.store import SessionStore
-from reflector.contributors import PassContributor
-from reflector.playbook import default_contributors
 from reflector.reflection import Reflector
-from reflector.runs import RunLog
 from reflector.scheduler import ReflectorService
-
-if TYPE_CHECKING:
-    from core.turn import TurnContext
 
 logger = logging.getLogger(__name__)
 
@@ -28,17 +17,9 @@ class ReflectorExtension(Extension):
 
     name = "reflector"
 
-    def __init__(
-        self,
-        config: Config,
-        store: SessionStore,
-        llm: LLM,
-        contributors: Sequence[PassContributor] | None = None,
-    ) -> None:
+    def __init__(self, config: Config, reflector: Reflector) -> None:
         self.config = config
-        if contributors is None:
-            contributors = default_contributors(store.conn)
-        self.reflector = Reflector(config, store, llm, contributors=contributors)
+        self.reflector = reflector
 
     def services(self) -> list[Service]:
         if not self.config.reflector.enabled:
@@ -59,7 +40,7 @@ class ReflectorExtension(Extension):
     async def checks(self) -> list[Check]:
         if not self.config.reflector.enabled:
             return [Check("reflector", True, "disabled in this process ([reflector] enabled)")]
-        recent = RunLog(self.reflector.conn).recent(limit=1)
+        recent = self.reflector.runs.recent(limit=1)
         last = "no run yet"
         if recent:
             row = recent[0]

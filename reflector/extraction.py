@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from core.context import clip_middle
+from core.errors import ReplyInvalid
 from core.store import StoredMessage
+from core.text import clip_middle, strip_think
 
 MESSAGE_MAX_CHARS = 1_500
 TRANSCRIPT_MAX_CHARS = 20_000
 MAX_CANDIDATES = 50
 
-_THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|\Z)", re.IGNORECASE | re.DOTALL)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
@@ -51,10 +51,6 @@ REPAIR_PROMPT = (
     "Your previous reply could not be used ({error}). Reply again with only the JSON object "
     '{{"memories": [...]}} as specified, complete and valid, and nothing else.'
 )
-
-
-class ReplyInvalid(ValueError):
-    """The model's reply is not the JSON object the prompt asks for."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +111,6 @@ class _Reply(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     memories: list[Any]
-
-
-def strip_think(text: str) -> str:
-    """Remove `<think>…</think>` blocks (and an unterminated one to the end)."""
-    return _THINK.sub("", text).strip()
 
 
 def render_transcript(messages: Sequence[StoredMessage]) -> Transcript | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from memory.ranking import content_terms, tokens
 from memory.store import Memory, MemoryStore
+from memory.terms import content_terms, tokens
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +103,4 @@ class FactWriter:
         self.memories.touch(memory.id, confidence=min(1.0, memory.confidence + REFRESH_BOOST))
 
     def _supersede(self, old: Memory, new_id: int) -> None:
-        self.memories.archive(old.id)
-        self.memories.conn.execute(
-            "INSERT OR IGNORE INTO memory_supersede_edges (old_id, new_id) VALUES (?, ?)",
-            (old.id, new_id),
-        )
+        self.memories.supersede(old.id, new_id)

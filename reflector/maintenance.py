@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.db import transaction
-from memory.keyword_cache import prune_log
-from memory.store import NOW_SQL, MemoryStore
+from memory.store import MemoryStore
 
 STALE_DAYS = 30
 BATCH = 500
@@ -31,36 +29,20 @@ class MaintenanceReport:
 
 def archive_stale(memories: MemoryStore, confidence_floor: float) -> int:
     """Archive active memories below the floor that nobody has seen for 30 days."""
-    rows = memories.conn.execute(
-        "SELECT id FROM memories WHERE archived = 0 AND confidence < ?"
-        f" AND last_seen_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', '-{STALE_DAYS} days')"
-        " LIMIT ?",
-        (confidence_floor, BATCH),
-    ).fetchall()
-    with transaction(memories.conn):
-        for (memory_id,) in rows:
+    ids = memories.stale_ids(confidence_floor, STALE_DAYS, BATCH)
+    with memories.transaction():
+        for memory_id in ids:
             memories.archive(memory_id)
-    return len(rows)
+    return len(ids)
 
 
 def delete_expired(memories: MemoryStore) -> int:
     """Hard-delete memories past `expires_at` (the only rows the reflector deletes)."""
-    rows = memories.conn.execute(
-        f"SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= {NOW_SQL} LIMIT ?",
-        (BATCH,),
-    ).fetchall()
-    with transaction(memories.conn):
-        for (memory_id,) in rows:
+    ids = memories.expired_ids(BATCH)
+    with memories.transaction():
+        for memory_id in ids:
             memories.delete(memory_id)
-    return len(rows)
-
-
-def needs_embedding(memories: MemoryStore) -> bool:
-    """Whether some active memory has no vector yet (cheap: stops at the first)."""
-    row = memories.conn.execute(
-        "SELECT 1 FROM memories WHERE archived = 0 AND embedding_model IS NULL LIMIT 1"
-    ).fetchone()
-    return row is not None
+    return len(ids)
 
 
 def maintain(
@@ -68,11 +50,11 @@ def maintain(
 ) -> MaintenanceReport:
     """One round of upkeep; the embedding step is bounded so a pass stays short.
 
-    `embedding_store` (with the embedder) is only needed when `needs_embedding()`.
+    `embedding_store` (with the embedder) is only needed when `memories.has_unembedded()`.
     """
     archived = archive_stale(memories, confidence_floor)
     deleted = delete_expired(memories)
     embedded = 0
     if embedding_store is not None:
         embedded = embedding_store.embed_missing(limit=EMBED_PER_PASS)
-    return MaintenanceReport(archived, deleted, embedded, prune_log(memories.conn))
+    return MaintenanceReport(archived, deleted, embedded, memories.prune_change_log())

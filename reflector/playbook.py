@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.db import Connection
 from memory.strategies.store import StrategyStore
 from reflector.contributors import PassContributor
 from reflector.curation import INSTRUCTIONS, apply_operations, existing_block, parse_operations
@@ -39,6 +38,6 @@ class StrategyCurator:
         )
 
 
-def default_contributors(conn: Connection) -> list[PassContributor]:
+def default_contributors(strategies: StrategyStore) -> list[PassContributor]:
     """What every reflector pass curates besides facts."""
-    return [StrategyCurator(StrategyStore(conn))]
+    return [StrategyCurator(strategies)]

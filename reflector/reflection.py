@@ -16,20 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import Config
-from core.db import OperationalError, transaction
-from core.errors import LLMError, MnemoError
+from core.db import Connection, savepoint, transaction
+from core.errors import LeaseLost, LLMError, ReplyInvalid
 from core.llm import LLM, Completion
 from core.store import SessionStore
-from memory.embeddings import load_embedder
-from memory.ranking import fts_query
+from core.usage import complete_recorded
+from memory.embeddings import Embedder, load_embedder
 from memory.store import CATEGORIES, MemoryStore
 from reflector.contributors import PassContributor
-from reflector.cursor import ReflectorCursor
 from reflector.extraction import (
     Candidate,
     ExistingMemory,
     PromptExtra,
-    ReplyInvalid,
     Transcript,
     build_messages,
     decode_reply,
@@ -38,20 +36,15 @@ from reflector.extraction import (
     repair_messages,
 )
 from reflector.facts import FactWriter, PreparedFact
-from reflector.lease import ChatLease, Lease
-from reflector.maintenance import MaintenanceReport, maintain, needs_embedding
+from reflector.maintenance import MaintenanceReport, maintain
 from reflector.quality import check_fact
-from reflector.runs import ChatRun, RunLog
+from reflector.store import ChatRun, CursorStore, Lease, LeaseStore, RunStore
 
 logger = logging.getLogger(__name__)
 
 USAGE_KIND = "reflector"
 NEWEST_KNOWN = 20
 RELEVANT_KNOWN = 20
-
-
-class LeaseLost(MnemoError):
-    """Another pass took the chat over (or moved its cursor) while this one worked."""
 
 
 @dataclass
@@ -77,31 +70,48 @@ def _checked(reply: str) -> dict[str, Any]:
     return data
 
 
+EmbedderFactory = Callable[[], Embedder | None]
+
+
+@dataclass(frozen=True)
+class ReflectorStores:
+    """Where a reflector reads and writes: the database (for transactions) and its stores."""
+
+    db: Connection
+    sessions: SessionStore
+    memories: MemoryStore
+    cursors: CursorStore
+    leases: LeaseStore
+    runs: RunStore
+
+
 class Reflector:
-    """Runs reflector passes against one database connection."""
+    """Runs reflector passes against one database."""
 
     def __init__(
         self,
         config: Config,
-        store: SessionStore,
+        stores: ReflectorStores,
         llm: LLM,
         *,
-        clock: Callable[[], float] = time.time,
-        memories: MemoryStore | None = None,
         contributors: Sequence[PassContributor] = (),
+        embedder_factory: EmbedderFactory | None = None,
     ) -> None:
+        """`embedder_factory` loads the model the first time a fact needs a vector; None
+        means `stores.memories` is used as it is (with or without its embedder)."""
         self.config = config
-        self.store = store
-        self.conn = store.conn
+        self.store = stores.sessions
+        self.conn = stores.db
         self.llm = llm
-        self.cursor = ReflectorCursor(self.conn)
-        self.leases = ChatLease(self.conn, config.reflector.lease_s, clock)
-        self.runs = RunLog(self.conn)
+        self.cursor = stores.cursors
+        self.leases = stores.leases
+        self.runs = stores.runs
         self.contributors = list(contributors)
-        self._memories = memories  # None: built on first use with the configured embedder
         # Archiving, deleting and listing need no model: passes with nothing to embed
         # never pay the seconds it takes to load one.
-        self._plain = memories or MemoryStore(self.conn)
+        self._plain = stores.memories
+        self._factory = embedder_factory
+        self._memories = None if embedder_factory else stores.memories
 
     @property
     def model(self) -> str:
@@ -110,9 +120,10 @@ class Reflector:
     async def memory_store(self) -> MemoryStore:
         """The memory store, its embedder loaded in a thread (seconds, once per process)."""
         if self._memories is None:
-            embedder = await asyncio.to_thread(load_embedder, self.config.memory.embedding_model)
-            memories = MemoryStore(self.conn, embedder)
-            _ = memories.vectors_enabled  # creates the vector table before any pass writes
+            assert self._factory is not None
+            embedder = await asyncio.to_thread(self._factory)
+            memories = self._plain.with_embedder(embedder)
+            memories.prepare_vectors()  # creates the vector table before any pass writes
             self._memories = memories
         return self._memories
 
@@ -121,7 +132,7 @@ class Reflector:
         report = PassReport()
         for chat_id in self.cursor.pending_chats(chat_ids):
             report.runs.append(await self.reflect_chat(chat_id))
-        embedding_store = await self.memory_store() if needs_embedding(self._plain) else None
+        embedding_store = await self.memory_store() if self._plain.has_unembedded() else None
         report.maintenance = maintain(
             self._plain, self.config.reflector.confidence_floor, embedding_store
         )
@@ -184,18 +195,8 @@ class Reflector:
 
     async def _complete(self, run: ChatRun, messages: list[dict[str, Any]]) -> Completion:
         model = self.config.reflector.model or None
-        try:
-            completion = await self.llm.complete(messages, model=model)
-        except LLMError:
-            self.store.record_usage(run.chat_id, USAGE_KIND, self.model, None, None, 0, ok=False)
-            raise
-        self.store.record_usage(
-            run.chat_id,
-            USAGE_KIND,
-            completion.model or self.model,
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.latency_ms,
+        completion = await complete_recorded(
+            self.llm, self.store, run.chat_id, USAGE_KIND, messages, model=model
         )
         run.model = completion.model or self.model
         run.prompt_tokens = (run.prompt_tokens or 0) + (completion.prompt_tokens or 0)
@@ -249,14 +250,12 @@ class Reflector:
     def _contribute(self, run: ChatRun, data: dict[str, Any], run_id: int) -> None:
         """Each contributor in a savepoint: its failure is logged and costs nothing else."""
         for contributor in self.contributors:
-            self.conn.execute("SAVEPOINT reflector_contributor")
             try:
-                note = contributor.apply(run.chat_id, data.get(contributor.key), run_id)
+                with savepoint(self.conn, "reflector_contributor"):
+                    note = contributor.apply(run.chat_id, data.get(contributor.key), run_id)
             except Exception:
-                self.conn.execute("ROLLBACK TO reflector_contributor")
                 logger.exception("reflector contributor %s failed", contributor.key)
                 note = f"{contributor.key}: failed (see log)"
-            self.conn.execute("RELEASE reflector_contributor")
             run.notes.append(note)
 
     def _fail(self, run: ChatRun, error: str) -> None:
@@ -269,22 +268,38 @@ class Reflector:
 
     def known_memories(self, chat_id: int, text: str) -> list[ExistingMemory]:
         """The chat's memories shown to the model: the most relevant and the newest, capped."""
-        newest = self.conn.execute(
-            "SELECT id, category, content FROM memories WHERE chat_id = ? AND archived = 0"
-            " ORDER BY id DESC LIMIT ?",
-            (chat_id, NEWEST_KNOWN),
-        ).fetchall()
-        relevant: list[Any] = []
-        query = fts_query(text)
-        if query:
-            try:
-                relevant = self.conn.execute(
-                    "SELECT m.id, m.category, m.content FROM memories_fts f"
-                    " JOIN memories m ON m.id = f.rowid WHERE memories_fts MATCH ?"
-                    " AND m.chat_id = ? AND m.archived = 0 ORDER BY bm25(memories_fts) LIMIT ?",
-                    (f'scope:"c{chat_id}" AND ({query})', chat_id, RELEVANT_KNOWN),
-                ).fetchall()
-            except OperationalError as exc:  # the index is derived; never fail a pass on it
-                logger.warning("reflector: keyword lookup of known memories failed: %s", exc)
-        rows = {int(row[0]): row for row in [*relevant, *newest]}
-        return [ExistingMemory(row[0], row[1], row[2]) for row in sorted(rows.values())]
+        newest = self._plain.newest(chat_id, NEWEST_KNOWN)
+        relevant = self._plain.matching(chat_id, text, RELEVANT_KNOWN)
+        found = {memory.id: memory for memory in [*relevant, *newest]}
+        return [ExistingMemory(m.id, m.category, m.content) for _, m in sorted(found.items())]
+
+
+def sqlite_reflector(
+    config: Config,
+    db: Connection,
+    llm: LLM,
+    *,
+    memories: MemoryStore | None = None,
+    contributors: Sequence[PassContributor] = (),
+    clock: Callable[[], float] = time.time,
+) -> Reflector:
+    """A reflector on one SQLite connection. Without `memories`, the configured embedding
+    model is loaded the first time a fact needs a vector."""
+    from core.sqlite_store import SqliteSessionStore
+    from memory.sqlite_store import SqliteMemoryStore
+    from reflector.sqlite_store import SqliteCursorStore, SqliteLeaseStore, SqliteRunStore
+
+    stores = ReflectorStores(
+        db,
+        SqliteSessionStore(db),
+        memories or SqliteMemoryStore(db),
+        SqliteCursorStore(db),
+        SqliteLeaseStore(db, config.reflector.lease_s, clock),
+        SqliteRunStore(db),
+    )
+    factory = None if memories is not None else _configured_embedder(config)
+    return Reflector(config, stores, llm, contributors=contributors, embedder_factory=factory)
+
+
+def _configured_embedder(config: Config) -> EmbedderFactory:
+    return lambda: load_embedder(config.memory.embedding_model, config.memory.query_precision)

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from bots.runtime import Runtime, build_runtime
 from core.config import Config, load_config
 from core.db import Connection, connect
-from core.fake_openai import FakeOpenAIServer
+from core.testing.fake_openai import FakeOpenAIServer
 from memory.embeddings import Embedder, load_embedder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,8 +70,10 @@ def config(tmp_path: Path, fake_llm: FakeOpenAIServer) -> Config:
 
 
 @pytest.fixture
-def runtime(config: Config) -> Iterator[Runtime]:
+async def runtime(config: Config) -> AsyncIterator[Runtime]:
+    """Every plugin, started (the embedding model loaded), on a fresh database."""
     rt = build_runtime(config)
+    await rt.start()
     yield rt
     rt.close()
 

@@ -1,17 +1,37 @@
-"""The layout is the architecture: core never imports bots, memory, reflector or chat SDKs."""
+"""The layout is the architecture: import direction, no import cycles, a leaf turn API, one
+builder of the agent, and SQL only behind the store modules."""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PRODUCT = ("core", "memory", "reflector", "bots", "migrations")
 FORBIDDEN_IN_CORE = ("bots", "memory", "reflector", "telegram", "discord")
-ADAPTER_MAY_IMPORT = ("core",)
 COMPOSITION_ROOTS = {"cli.py", "runtime.py", "app.py", "__init__.py"}
+TURN_ORCHESTRATOR = "core.turn"
+SQL = re.compile(
+    r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
+    r"|CREATE\s+(TABLE|INDEX|VIRTUAL|TRIGGER|UNIQUE)|DROP\s+(TABLE|INDEX)|ALTER\s+TABLE"
+    r"|PRAGMA\s|BEGIN\s+IMMEDIATE|SAVEPOINT\s|ROLLBACK\b)"
+)
+
+
+def modules() -> dict[str, Path]:
+    """Every product module by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for package in PRODUCT:
+        for path in (REPO / package).rglob("*.py"):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Top-level names of what a module imports (anywhere in it, TYPE_CHECKING too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -20,6 +40,61 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module.split(".")[0])
     return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → product modules it imports: at module level, inside functions and under
+    TYPE_CHECKING alike (`from package import module` counts as importing the module)."""
+    known = modules()
+
+    def resolve(target: str) -> str | None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [resolve(alias.name) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [resolve(f"{node.module}.{alias.name}") for alias in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t is not None and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
 
 
 def test_core_imports_no_outer_layer() -> None:
@@ -40,3 +115,91 @@ def test_memory_and_reflector_never_import_bots() -> None:
     for package in ("memory", "reflector", "migrations"):
         for path in sorted((REPO / package).rglob("*.py")):
             assert "bots" not in imported_modules(path), path
+
+
+def test_the_turn_orchestrator_is_in_no_import_cycle() -> None:
+    graph = import_graph()
+    assert TURN_ORCHESTRATOR in graph
+    involved = [sorted(component) for component in cycles(graph) if TURN_ORCHESTRATOR in component]
+    assert involved == []
+
+
+def test_no_product_module_is_in_an_import_cycle() -> None:
+    assert [sorted(component) for component in cycles(import_graph())] == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_the_turn_api_is_a_leaf() -> None:
+    ours = {t for t in import_graph()["core.api"]}
+    assert ours <= {"core.errors", "core.events"}, ours
+
+
+def test_only_the_assembly_builds_an_agent() -> None:
+    builders = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Agent":
+                builders.append(name)
+    assert builders == ["core.assembly"]
+
+
+def is_store_module(path: Path) -> bool:
+    """Where SQL may live: the packages' store modules, the connection, the migrations."""
+    relative = path.relative_to(REPO)
+    return (
+        path.name == "store.py"
+        or path.name.endswith("_store.py")
+        or relative == Path("core/db.py")
+        or relative.parts[0] == "migrations"
+    )
+
+
+EXECUTE = ("execute", "executemany", "executescript")
+CONNECTION_NAMES = ("conn", "connection", "db", "cursor", "cur")
+
+
+def sql_in(path: Path) -> Iterator[str]:
+    """SQL-looking string literals (f-string parts too) and `.execute` calls, docstrings aside."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and SQL.search(node.value):
+                yield f"line {node.lineno}: {node.value[:60]!r}"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = node.func.value
+            owner = getattr(receiver, "id", None) or getattr(receiver, "attr", "")
+            if node.func.attr in EXECUTE and str(owner).endswith(CONNECTION_NAMES):
+                yield f"line {node.lineno}: {owner}.{node.func.attr}(…)"
+
+
+def test_sql_lives_only_in_store_modules() -> None:
+    found = {
+        str(path.relative_to(REPO)): list(sql_in(path))
+        for path in modules().values()
+        if not is_store_module(path)
+    }
+    assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_the_sql_check_sees_sql(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Docs may say SELECT * FROM memories."""\n'
+        'x = f"SELECT id FROM {table} WHERE a = ?"\n'
+        "conn.execute(x)\n"
+        'note = f"UPDATE {op_id}: too long"\n',
+        encoding="utf-8",
+    )
+    assert [line.split(":")[0] for line in sql_in(sample)] == ["line 2", "line 3"]

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import click
 
-from core.cli_support import current_config, find_chat, open_database
-from core.store import SessionStore
+from core.cli import chat_param, current_config
+from core.db import connect
+from core.sqlite_store import SqliteSessionStore
 from memory.strategies.extension import describe
 from memory.strategies.lifecycle import ARCHIVED
-from memory.strategies.store import StrategyStore
+from memory.strategies.sqlite_store import SqliteStrategyStore
+
+
+@contextmanager
+def open_strategies() -> Iterator[tuple[SqliteStrategyStore, SqliteSessionStore]]:
+    conn = connect(current_config().storage.database_path)
+    try:
+        yield SqliteStrategyStore(conn), SqliteSessionStore(conn)
+    finally:
+        conn.close()
 
 
 @click.group("strategies")
@@ -21,26 +34,21 @@ def strategies_group() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include archived strategies.")
 def list_strategies(chat_key: str | None, show_all: bool) -> None:
     """List strategies of a chat (with the global ones), best first."""
-    conn = open_database(current_config())
-    try:
-        chat_id = find_chat(SessionStore(conn), chat_key).id if chat_key else None
-        found = StrategyStore(conn).for_chat(chat_id)
+    with open_strategies() as (store, sessions):
+        chat_id = chat_param(sessions, chat_key).id if chat_key else None
+        found = store.for_chat(chat_id)
         shown = [s for s in found if show_all or s.state != ARCHIVED]
         for strategy in shown:
             click.echo(describe(strategy))
         if not shown:
             click.echo("no strategies")
-    finally:
-        conn.close()
 
 
 @strategies_group.command("show")
 @click.argument("strategy_id", type=int)
 def show_strategy(strategy_id: int) -> None:
     """One strategy and every change made to it."""
-    conn = open_database(current_config())
-    try:
-        store = StrategyStore(conn)
+    with open_strategies() as (store, _):
         strategy = store.get(strategy_id)
         if strategy is None:
             raise click.ClickException(f"no strategy {strategy_id}")
@@ -49,20 +57,14 @@ def show_strategy(strategy_id: int) -> None:
         for kind, delta, run_id, at in store.events(strategy_id):
             run = f" run {run_id}" if run_id is not None else ""
             click.echo(f"  {at} {kind}{run} {delta}")
-    finally:
-        conn.close()
 
 
 @strategies_group.command("archive")
 @click.argument("strategy_id", type=int)
 def archive_strategy(strategy_id: int) -> None:
     """Archive a strategy (it stops reaching requests; its history stays)."""
-    conn = open_database(current_config())
-    try:
-        store = StrategyStore(conn)
+    with open_strategies() as (store, _):
         if store.get(strategy_id) is None:
             raise click.ClickException(f"no strategy {strategy_id}")
         store.archive(strategy_id, reason="archived by operator")
         click.echo(f"archived strategy {strategy_id}")
-    finally:
-        conn.close()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from core.extensions import Command, ContextSection, Extension
-from core.turn import TurnContext
+from core.api import Command, ContextSection, Extension, TurnContext
 from memory.strategies.lifecycle import ARCHIVED
 from memory.strategies.store import Strategy, StrategyStore
 
@@ -40,23 +39,26 @@ def describe(strategy: Strategy) -> str:
 class StrategyExtension(Extension):
     name = "strategies"
 
+    def __init__(self, store: StrategyStore) -> None:
+        self.store = store
+
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
-        store = StrategyStore(turn.conn)
-        promoted = store.promoted(turn.chat.id)
-        text = render_strategies(promoted)
+        text = render_strategies(self.store.promoted(turn.chat.id))
         if not text:
             return []
-        store.mark_used([s.id for s in promoted])
         return [ContextSection(SECTION_KEY, "strategies", text, priority=SECTION_PRIORITY)]
 
+    async def after_turn(self, turn: TurnContext) -> None:
+        """The PROMOTED strategies reached this turn's requests: they are in use."""
+        self.store.mark_used([strategy.id for strategy in self.store.promoted(turn.chat.id)])
+
     def commands(self) -> list[Command]:
-        return [Command("strategies", "list learned strategies with their counters", _list)]
+        return [Command("strategies", "list learned strategies with their counters", self._list)]
 
-
-async def _list(turn: TurnContext, args: str) -> str:
-    strategies = [s for s in StrategyStore(turn.conn).for_chat(turn.chat.id) if s.state != ARCHIVED]
-    if not strategies:
-        return "No learned strategies yet."
-    return "Learned strategies (only PROMOTED ones reach the model):\n" + "\n".join(
-        describe(s) for s in strategies
-    )
+    async def _list(self, turn: TurnContext, args: str) -> str:
+        found = [s for s in self.store.for_chat(turn.chat.id) if s.state != ARCHIVED]
+        if not found:
+            return "No learned strategies yet."
+        return "Learned strategies (only PROMOTED ones reach the model):\n" + "\n".join(
+            describe(s) for s in found
+        )

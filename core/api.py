@@ -1,0 +1,178 @@
+"""The turn API: what channels, extensions, tools and commands see of the core.
+
+Plain data and protocols only. This module imports nothing from core but errors and
+events, so every package can build on it and the turn orchestrator (`core.turn`) never
+has to be imported to write a tool, a command or an extension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from core.events import Channel, ChatKind, Handler, Inbound, Outbound
+
+__all__ = [
+    "Channel",
+    "Chat",
+    "ChatKind",
+    "Check",
+    "Command",
+    "CommandHandler",
+    "ContextSection",
+    "Extension",
+    "Handler",
+    "Inbound",
+    "Outbound",
+    "Service",
+    "Tool",
+    "ToolFunction",
+    "TurnContext",
+]
+
+QUERY_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A conversation as the database knows it: its row id and the platform's id of it."""
+
+    id: int
+    channel: str
+    external_chat_id: str
+    title: str
+    kind: str
+
+    @property
+    def key(self) -> str:
+        """`channel:chat_id`, the name operators use (`mnemo inspect telegram:42`)."""
+        return f"{self.channel}:{self.external_chat_id}"
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What a tool, command or extension hook knows about the message being handled."""
+
+    chat: Chat
+    inbound: Inbound
+    is_control_chat: bool = False
+    user_message_id: int = 0  # 0 until the message is stored (commands are not stored)
+
+    @property
+    def query(self) -> str:
+        """What memory is ranked against: the newest user message, last 500 chars."""
+        return self.inbound.text[-QUERY_CHARS:]
+
+
+CommandHandler = Callable[[TurnContext, str], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A chat command: `/name args`. The handler returns the reply text."""
+
+    name: str
+    description: str
+    handler: CommandHandler
+
+
+@dataclass(frozen=True)
+class ContextSection:
+    """One block of the dynamic context (file memory, memories, strategies, …).
+
+    Higher `priority` is kept longer when the budget is tight; `protected` sections are
+    never cut.
+    """
+
+    key: str
+    source: str
+    text: str
+    priority: int = 50
+    protected: bool = False
+
+
+ToolFunction = Callable[[TurnContext, dict[str, Any]], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call: one async function with a JSON-schema signature."""
+
+    name: str
+    description: str
+    function: ToolFunction
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of `mnemo doctor`."""
+
+    name: str
+    ok: bool
+    detail: str
+    fatal: bool = True  # a failed fatal check means the platform cannot work
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else ("FAIL" if self.fatal else "warn")
+        return f"[{mark}] {self.name}: {self.detail}"
+
+
+class Service(Protocol):
+    """A background job (e.g. the reflector scheduler) that runs until cancelled."""
+
+    name: str
+
+    async def run(self) -> None: ...
+
+
+class Extension:
+    """What a package plugs into the turn loop; override what it provides.
+
+    The built-in commands and tools, memory, learned strategies and the reflector are
+    all extensions, registered the same way (see `core.hooks`).
+    """
+
+    name = "extension"
+
+    async def start(self) -> None:
+        """Prepare before the first turn (load a model, export it): called once, explicitly."""
+
+    def tools(self) -> list[Tool]:
+        return []
+
+    def commands(self) -> list[Command]:
+        return []
+
+    async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
+        """Blocks for the next request. A read: it must change nothing."""
+        return []
+
+    async def intercept(self, turn: TurnContext) -> str | None:
+        """Answer the message without the model, or return None to go on."""
+        return None
+
+    async def after_turn(self, turn: TurnContext) -> None:
+        """Called after a turn's reply is stored."""
+
+    async def before_compaction(self, turn: TurnContext) -> None:
+        """Called before the chat's history is summarised (the reflector saves facts first)."""
+
+    def services(self) -> list[Service]:
+        """Background jobs that `mnemo run` starts."""
+        return []
+
+    async def checks(self) -> list[Check]:
+        """Lines for `mnemo doctor`."""
+        return []

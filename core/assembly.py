@@ -1,0 +1,38 @@
+"""Wiring one bot: the given plugins' extensions around a store, a model client and the config.
+
+`bots.runtime` (the composition root) calls `build_agent` with every plugin; benchmarks
+and tests call it with fewer. Nothing else builds an `Agent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.compaction import Compactor
+from core.config import Config
+from core.db import Connection
+from core.extensions import Extensions
+from core.hooks import Host, Plugin
+from core.llm import LLM
+from core.request_plan import RequestPlanner
+from core.store import SessionStore
+from core.turn import Agent
+
+
+def build_agent(
+    config: Config,
+    db: Connection,
+    store: SessionStore,
+    llm: LLM,
+    plugins: Sequence[Plugin],
+) -> Agent:
+    """An agent whose extensions are those of `plugins`, registered in order."""
+    extensions = Extensions()
+    compactor = Compactor(config, store, llm, before=extensions.before_compaction)
+    planner = RequestPlanner(config, store, extensions.tools, llm.model)
+    host = Host(config, db, store, llm, extensions, compactor, planner)
+    for plugin in plugins:
+        extension = plugin.extension(host)
+        if extension is not None:
+            extensions.add(extension)
+    return Agent(config, store, llm, extensions, planner, compactor)

@@ -1,0 +1,51 @@
+"""Naming chats: `channel:chat_id` keys, a chat's number, and which chats are control chats.
+
+Every command that takes a chat (`mnemo inspect`, `--chat` of `memory`, `reflect`,
+`strategies`) resolves it here, with one rule: a chat's number (its database id, as
+listings show it), or `channel:chat_id`, split at the first colon, so
+`telegram:-100123:42` is topic 42 of a group.
+"""
+
+from __future__ import annotations
+
+from core.api import Chat
+from core.config import Config
+from core.errors import InputError
+from core.store import SessionStore
+
+KNOWN_SHOWN = 20
+
+
+def split_chat_key(key: str) -> tuple[str, str] | None:
+    """`channel:chat_id` → (channel, chat_id); None when either part is missing."""
+    channel, sep, chat_id = key.strip().partition(":")
+    if not sep or not channel or not chat_id:
+        return None
+    return channel, chat_id
+
+
+def resolve_chat(store: SessionStore, key: str, *, create: bool = False) -> Chat:
+    """The chat named by `key`; with `create`, a `channel:chat_id` not seen yet is registered.
+
+    Raises `InputError` naming the known chats when there is no such chat.
+    """
+    text = key.strip()
+    if text.isdigit():
+        found = store.chat_by_id(int(text))
+        if found is not None:
+            return found
+    parts = split_chat_key(text)
+    if parts is not None:
+        found = store.find_chat(*parts)
+        if found is not None:
+            return found
+        if create:
+            return store.get_or_create_chat(*parts)
+    known = ", ".join(chat.key for chat in store.list_chats(KNOWN_SHOWN)) or "none"
+    raise InputError(f"no chat {key!r} (give channel:chat_id or a chat's number; known: {known})")
+
+
+def is_control_chat(config: Config, chat: Chat) -> bool:
+    """Whether `chat` is listed in `[agent] control_chats` (by key or by platform id)."""
+    controls = config.agent.control_chats
+    return chat.key in controls or chat.external_chat_id in controls

@@ -1,0 +1,26 @@
+"""The core's own plugin: the built-in commands and tools, `mnemo inspect`, the longrun bench."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.api import Extension
+
+if TYPE_CHECKING:
+    import click
+
+    from core.hooks import Host
+
+
+def register_commands(cli: click.Group) -> None:
+    from core.bench.longrun import bench_longrun
+    from core.cli import bench_group, inspect_command
+
+    cli.add_command(inspect_command)
+    bench_group(cli).add_command(bench_longrun)
+
+
+def extension(host: Host) -> Extension:
+    from core.builtins import CoreExtension
+
+    return CoreExtension(host.config, host.store, host.extensions, host.compactor, host.planner)

@@ -1,0 +1,48 @@
+"""The hooks a package implements to plug into Mnemo (after simonw/llm's hookspecs).
+
+A plugin is a module with two functions:
+
+- `register_commands(cli)`: add its `mnemo` subcommands (and `mnemo bench` ones, in
+  `cli.commands["bench"]`). Called when `mnemo` starts, so keep imports inside.
+- `extension(host)`: the `Extension` it plugs into a running bot, built from what the
+  host offers (config, database, stores, model client, the other extensions).
+
+The built-ins (`core.default_plugin`), memory, learned strategies and the reflector are
+all plugins; `bots.runtime.PLUGINS` lists them in registration order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from core.api import Extension
+from core.compaction import Compactor
+from core.config import Config
+from core.db import Connection
+from core.extensions import Extensions
+from core.llm import LLM
+from core.request_plan import RequestPlanner
+from core.store import SessionStore
+
+if TYPE_CHECKING:
+    import click
+
+
+@dataclass(frozen=True)
+class Host:
+    """What a running bot offers the extensions it builds."""
+
+    config: Config
+    db: Connection
+    store: SessionStore
+    llm: LLM
+    extensions: Extensions
+    compactor: Compactor
+    planner: RequestPlanner
+
+
+class Plugin(Protocol):
+    def register_commands(self, cli: click.Group) -> None: ...
+
+    def extension(self, host: Host) -> Extension | None: ...

@@ -1,0 +1,36 @@
+"""One model call with its usage recorded: tokens and latency on success, a failed row if not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import LLMError
+from core.llm import LLM, Completion
+from core.store import SessionStore
+
+
+async def complete_recorded(
+    llm: LLM,
+    store: SessionStore,
+    chat_id: int | None,
+    kind: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    model: str | None = None,
+) -> Completion:
+    """`llm.complete()`, recording the call in `llm_usage` as `kind` (turn, compaction, …)."""
+    try:
+        completion = await llm.complete(messages, tools, model=model)
+    except LLMError:
+        store.record_usage(chat_id, kind, model or llm.model, None, None, 0, ok=False)
+        raise
+    store.record_usage(
+        chat_id,
+        kind,
+        completion.model or model or llm.model,
+        completion.prompt_tokens,
+        completion.completion_tokens,
+        completion.latency_ms,
+    )
+    return completion

@@ -1,0 +1,280 @@
+"""`mnemo bench locomo PATH` (evidence recall on LoCoMo), `mnemo bench memory` (latency)
+and the real memory store for `mnemo bench prefix`.
+
+They build throwaway databases in a temporary directory through the real memory store and
+rank through the real `rank_memories`. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import click
+
+RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
+CHANGED_QUERIES = 100  # `bench memory`: queries each just after a new memory
+LOCOMO_CREDIT = "LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0; evidence recall (cov@k)"
+
+
+def _embedder_for(retriever: str, query_precision: str) -> Any:
+    from memory.embeddings import load_embedder
+
+    return load_embedder("", query_precision) if retriever in ("hybrid", "knn") else None
+
+
+query_precision_option = click.option(
+    "--query-precision",
+    type=click.Choice(["int8", "float32"]),
+    default="int8",
+    show_default=True,
+    help="What queries are embedded with (documents are always float32).",
+)
+
+
+@click.command("locomo")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--retriever", type=click.Choice(RETRIEVERS), default="hybrid", show_default=True)
+@click.option(
+    "--memories",
+    "kind",
+    type=click.Choice(["turns", "observations"]),
+    default="turns",
+    show_default=True,
+    help="One memory per dialog turn, or the dataset's observation facts.",
+)
+@query_precision_option
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
+def bench_locomo(
+    path: Path, retriever: str, kind: str, query_precision: str, as_json: bool
+) -> None:
+    """Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."""
+    from memory.bench.locomo import run_locomo
+
+    embedder = _embedder_for(retriever, query_precision)
+    with tempfile.TemporaryDirectory(prefix="mnemo-locomo-") as work:
+        result = run_locomo(
+            path,
+            Path(work),
+            retriever=retriever,
+            embedder=embedder,
+            use_observations=kind == "observations",
+            on_sample=None if as_json else lambda sid: click.echo(f"  {sid} done", err=True),
+        )
+    summary = result.summary()
+    summary.update(retriever=retriever, memories=kind, query_precision=query_precision)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(
+        f"{LOCOMO_CREDIT}; retriever={retriever}, memories={kind}, queries={query_precision}"
+    )
+    click.echo(
+        f"questions: {summary['n_questions']} "
+        f"(skipped without evidence: {summary['n_skipped_no_evidence']})"
+    )
+    click.echo(f"cov@5 {summary['cov@5']:.3f}  cov@10 {summary['cov@10']:.3f}")
+    for name, figures in summary["by_category"].items():
+        click.echo(f"  {name:<12} cov@5 {figures['cov@5']:.3f}  cov@10 {figures['cov@10']:.3f}")
+    click.echo(
+        f"ranking latency ms: p50 {summary['latency_ms_p50']:.2f}  "
+        f"p95 {summary['latency_ms_p95']:.2f}"
+    )
+
+
+_PEOPLE = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goro", "Hana", "Ivan", "Jo"]
+_VERBS = ["likes", "visited", "bought", "is learning", "fixed", "cooked", "painted", "sold"]
+_THINGS = [
+    "guitar",
+    "bicycle",
+    "garden",
+    "python",
+    "pasta",
+    "kayak",
+    "violin",
+    "camera",
+    "chess",
+    "pottery",
+    "marathon",
+    "telescope",
+    "sourdough",
+    "piano",
+    "drone",
+]
+_PLACES = ["Berlin", "Lisbon", "Kyoto", "Austin", "Oslo", "Cairo", "Lima", "Hanoi"]
+_WHEN = ["last week", "in May", "yesterday", "two years ago", "on Sunday", "this morning"]
+
+
+def synthetic_memory(rng: random.Random) -> str:
+    return (
+        f"{rng.choice(_PEOPLE)} {rng.choice(_VERBS)} a {rng.choice(_THINGS)} in "
+        f"{rng.choice(_PLACES)} {rng.choice(_WHEN)} (note {rng.randrange(10**6)})"
+    )
+
+
+def synthetic_query(rng: random.Random) -> str:
+    return (
+        f"What did {rng.choice(_PEOPLE)} do with the {rng.choice(_THINGS)} "
+        f"in {rng.choice(_PLACES)}? ({rng.randrange(10**6)})"
+    )
+
+
+@click.command("memory")
+@click.option("--n", "count", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option("--queries", default=200, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--retriever",
+    "retrievers",
+    multiple=True,
+    type=click.Choice(RETRIEVERS),
+    help="Repeatable; default: all four.",
+)
+@query_precision_option
+@click.option("--json", "as_json", is_flag=True)
+def bench_memory(
+    count: int, queries: int, retrievers: tuple[str, ...], query_precision: str, as_json: bool
+) -> None:
+    """Ranking latency (query embedding included) for one chat of N memories."""
+    from core.db import connect
+    from core.sqlite_store import SqliteSessionStore
+    from memory.embeddings import load_embedder
+    from memory.keyword_cache import keyword_lists
+    from memory.sqlite_store import SqliteMemoryStore
+
+    rng = random.Random(7)
+    embedder = load_embedder("", query_precision)
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as work:
+        conn = connect(Path(work) / "bench.db")
+        store = SqliteSessionStore(conn)
+        chat, other = store.get_or_create_chat("bench", "a"), store.get_or_create_chat("bench", "b")
+        memories = SqliteMemoryStore(conn, embedder)
+        texts = [synthetic_memory(rng) for _ in range(count)]
+        started = time.perf_counter()
+        vectors = embedder.embed(texts) if embedder is not None else [None] * count
+        for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+            owner = other.id if number % 10 == 9 else chat.id  # a neighbour chat's 10%
+            memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+        ingest_s = time.perf_counter() - started
+        # A chat's keyword lists are built at its first query (timed on its own), then
+        # kept up to date change by change (timed in "just after a new memory").
+        results["(keyword lists, first build)"] = _timed(
+            ["build"] * 5, partial(_first_build, memories, chat.id)
+        )
+        keyword_lists(memories, chat.id)  # built, as it stands between changes
+        modes = list(retrievers or RETRIEVERS)
+        for mode in modes:
+            asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
+            results[mode] = _timed(asked, partial(_rank_once, memories, chat.id, mode))
+        results[f"{modes[0]}, just after a new memory"] = _after_changes(
+            memories, chat.id, modes[0], rng
+        )
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results["(bm25 by FTS5 itself)"] = _timed(asked, partial(_fts5_bm25, conn, chat.id))
+        if embedder is not None:
+            asked = [synthetic_query(rng) for _ in range(queries)]
+            results["(query embedding alone)"] = _timed(asked, embedder.embed_query)
+        conn.close()
+    precision = getattr(embedder, "query_precision", "none (no model)")
+    _print_memory_bench(count, queries, ingest_s, precision, results, as_json)
+
+
+def _rank_once(memories: Any, chat_id: int, mode: str, query: str) -> object:
+    from memory.retrieval import rank_memories
+
+    return rank_memories(memories, chat_id, query, 10, mode=mode)
+
+
+def _first_build(memories: Any, chat_id: int, _: str) -> object:
+    from memory.posting_lists import PostingLists
+
+    return PostingLists.build(memories.ranking_rows(chat_id))
+
+
+def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
+    """The same BM25 asked of the FTS5 table, as ranking did before its in-memory lists."""
+    from memory.index_store import fts_bm25_ids
+    from memory.posting_lists import CONTEXT_WEIGHT
+
+    return fts_bm25_ids(conn, chat_id, query, 70, CONTEXT_WEIGHT)
+
+
+def _after_changes(memories: Any, chat_id: int, mode: str, rng: random.Random) -> dict[str, float]:
+    """Ranking latency of queries that each follow a new memory (the store itself untimed)."""
+    timings = []
+    for _ in range(CHANGED_QUERIES):
+        memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
+        query = synthetic_query(rng)
+        began = time.perf_counter()
+        _rank_once(memories, chat_id, mode, query)
+        timings.append((time.perf_counter() - began) * 1000)
+    return _percentiles(timings)
+
+
+def _timed(queries: list[str], run: Callable[[str], object]) -> dict[str, float]:
+    timings = []
+    for query in queries:
+        began = time.perf_counter()
+        run(query)
+        timings.append((time.perf_counter() - began) * 1000)
+    return _percentiles(timings)
+
+
+def _percentiles(timings: list[float]) -> dict[str, float]:
+    timings = sorted(timings)
+    return {
+        "p50_ms": round(timings[len(timings) // 2], 2),
+        "p95_ms": round(timings[max(0, int(len(timings) * 0.95) - 1)], 2),
+    }
+
+
+def _print_memory_bench(
+    count: int,
+    queries: int,
+    ingest_s: float,
+    precision: str,
+    results: dict[str, dict[str, float]],
+    as_json: bool,
+) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "n": count,
+                    "queries": queries,
+                    "ingest_s": round(ingest_s, 1),
+                    "query_precision": precision,
+                    "latency": results,
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(
+        f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
+        f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
+        " included"
+    )
+    for mode, figures in results.items():
+        click.echo(f"  {mode:<32} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms")
+
+
+def bench_memory_store(config: Any, conn: Any) -> Any:
+    """`mnemo bench prefix` saves its memories in the real memory store (issues 5 and 3)."""
+    from core.bench.prefix import BenchMemory
+    from memory.extension import MemoryExtension
+    from memory.sqlite_store import SqliteMemoryStore
+
+    store = SqliteMemoryStore(conn)
+    extension = MemoryExtension(config, store)
+
+    def save(chat_id: int, text: str) -> None:
+        extension.keeper.store.add(chat_id, text, "KNOWLEDGE", source="bench")
+
+    return BenchMemory("memory.sqlite_store.SqliteMemoryStore via MemoryExtension", extension, save)

@@ -1,0 +1,232 @@
+"""LoCoMo evidence-recall benchmark: ingest a conversation as one chat, rank every question.
+
+The dataset (CC BY-NC 4.0, Maharana et al., ACL 2024) is read from where it lies; nothing
+is copied. `cov@k` is the share of a question's evidence turns among the top k memories.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.db import connect
+from core.sqlite_store import SqliteSessionStore
+from memory.embeddings import Embedder
+from memory.index_store import embedding_text
+from memory.retrieval import rank_memories
+from memory.sqlite_store import SqliteMemoryStore
+from memory.store import MemoryStore
+
+CATEGORY_NAMES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
+_DIA_ID = re.compile(r"D:?(\d+):(\d+)")
+CONTEXT_TURNS = 1  # turns before a turn stored as its memory's context (turn memories only)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One memory to ingest: its text, the dialog turns it stands for, the text before it."""
+
+    content: str
+    dia_ids: frozenset[str]
+    context: str = ""
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    category: int
+    evidence: frozenset[str]
+
+
+@dataclass
+class Result:
+    n_questions: int = 0
+    n_skipped: int = 0
+    coverage: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # k → [(cat, cov)]
+    latencies_ms: list[float] = field(default_factory=list)
+
+    def cov(self, k: int, category: int | None = None) -> float:
+        values = [c for cat, c in self.coverage.get(k, []) if category in (None, cat)]
+        return statistics.fmean(values) if values else 0.0
+
+    def latency(self, quantile: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
+
+    def summary(self, ks: tuple[int, ...] = (5, 10)) -> dict[str, Any]:
+        data: dict[str, Any] = {f"cov@{k}": round(self.cov(k), 4) for k in ks}
+        data["latency_ms_p50"] = round(self.latency(0.50), 2)
+        data["latency_ms_p95"] = round(self.latency(0.95), 2)
+        data["n_questions"] = self.n_questions
+        data["n_skipped_no_evidence"] = self.n_skipped
+        data["by_category"] = {
+            CATEGORY_NAMES.get(cat, str(cat)): {f"cov@{k}": round(self.cov(k, cat), 4) for k in ks}
+            for cat in sorted({cat for cat, _ in self.coverage.get(ks[0], [])})
+        }
+        return data
+
+
+def normalise_dia_ids(raw: object) -> set[str]:
+    """Every `D<session>:<turn>` in a string or list, numbers normalised (`D30:05` → `D30:5`)."""
+    texts = raw if isinstance(raw, list) else [raw]
+    return {f"D{int(s)}:{int(t)}" for text in texts for s, t in _DIA_ID.findall(str(text))}
+
+
+def sessions(conversation: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+    """The session_N turn lists in order (date keys without a session are ignored)."""
+    numbers = sorted(
+        int(key.split("_")[1])
+        for key, value in conversation.items()
+        if re.fullmatch(r"session_\d+", key) and isinstance(value, list)
+    )
+    for number in numbers:
+        yield conversation[f"session_{number}"]
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = f"{turn['speaker']}: {turn['text']}"
+    if turn.get("blip_caption"):
+        text += f" [shares a photo: {turn['blip_caption']}]"
+    return text
+
+
+def turn_items(sample: dict[str, Any]) -> list[Item]:
+    """One memory per dialog turn, with the turn before it (same session) as its context."""
+    items: list[Item] = []
+    for turns in sessions(sample["conversation"]):
+        texts = [turn_text(turn) for turn in turns]
+        for index, turn in enumerate(turns):
+            context = " ".join(texts[max(0, index - CONTEXT_TURNS) : index])
+            items.append(Item(texts[index], frozenset({turn["dia_id"]}), context))
+    return items
+
+
+def observation_items(sample: dict[str, Any]) -> list[Item]:
+    """The dataset's observation facts, each tied to the turn(s) it came from."""
+    items: list[Item] = []
+    for key in sorted(sample["observation"], key=lambda k: int(re.findall(r"\d+", k)[0])):
+        for facts in sample["observation"][key].values():
+            for fact, dia in facts:
+                items.append(Item(str(fact), frozenset(normalise_dia_ids(dia))))
+    return items
+
+
+def questions(sample: dict[str, Any], known: set[str]) -> tuple[list[Question], int]:
+    """The sample's questions with evidence limited to existing turns; (questions, skipped)."""
+    found: list[Question] = []
+    skipped = 0
+    for qa in sample["qa"]:
+        evidence = set().union(*(normalise_dia_ids(e) for e in qa.get("evidence", []))) & known
+        if not evidence:
+            skipped += 1
+            continue
+        found.append(Question(str(qa["question"]), int(qa["category"]), frozenset(evidence)))
+    return found, skipped
+
+
+def load_samples(path: Path) -> list[dict[str, Any]]:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a list of LoCoMo samples")
+    return data
+
+
+def evaluate_sample(
+    sample: dict[str, Any],
+    db_path: Path,
+    *,
+    retriever: str,
+    embedder: Embedder | None,
+    use_observations: bool,
+    result: Result,
+    ks: tuple[int, ...] = (5, 10),
+) -> None:
+    """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
+    conn = connect(db_path)
+    try:
+        chat = SqliteSessionStore(conn).get_or_create_chat("locomo", str(sample["sample_id"]))
+        store = SqliteMemoryStore(conn, embedder)
+        items = observation_items(sample) if use_observations else turn_items(sample)
+        vectors: list[list[float] | None] = (
+            list(embedder.embed([embedding_text(item.content, item.context) for item in items]))
+            if embedder is not None and store.vectors_enabled
+            else [None] * len(items)
+        )
+        turns_of: dict[int, frozenset[str]] = {}
+        for item, vector in zip(items, vectors, strict=True):
+            memory_id = store.add(
+                chat.id,
+                item.content,
+                "EVENT",
+                source="locomo",
+                embedding=vector,
+                context=item.context,
+            )
+            turns_of[memory_id] = item.dia_ids
+        known = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
+        asked, skipped = questions(sample, known)
+        result.n_skipped += skipped
+        for question in asked:
+            _score(store, chat.id, question, turns_of, retriever, result, ks)
+    finally:
+        conn.close()
+
+
+def _score(
+    store: MemoryStore,
+    chat_id: int,
+    question: Question,
+    turns_of: dict[int, frozenset[str]],
+    retriever: str,
+    result: Result,
+    ks: tuple[int, ...],
+) -> None:
+    started = time.perf_counter()
+    ranked = rank_memories(store, chat_id, question.text, max(ks), mode=retriever)
+    result.latencies_ms.append((time.perf_counter() - started) * 1000)
+    result.n_questions += 1
+    for k in ks:
+        found: set[str] = set()
+        for item in ranked[:k]:
+            found |= turns_of.get(item.memory.id, frozenset())
+        share = len(found & question.evidence) / len(question.evidence)
+        result.coverage.setdefault(k, []).append((question.category, share))
+
+
+def run_locomo(
+    path: Path,
+    work_dir: Path,
+    *,
+    retriever: str,
+    embedder: Embedder | None,
+    use_observations: bool = False,
+    on_sample: Callable[[str], None] | None = None,
+) -> Result:
+    """Evaluate every sample of the LoCoMo file at `path`, one database per sample."""
+    result = Result()
+    for number, sample in enumerate(load_samples(path)):
+        evaluate_sample(
+            sample,
+            work_dir / f"locomo-{number}.db",
+            retriever=retriever,
+            embedder=embedder,
+            use_observations=use_observations,
+            result=result,
+        )
+        if on_sample is not None:
+            on_sample(str(sample.get("sample_id", number)))
+    return result

@@ -1,0 +1,32 @@
+"""Memory's plugin: `mnemo memory …`, its benchmarks, and the extension of a running bot."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from core.api import Extension
+
+if TYPE_CHECKING:
+    import click
+
+    from core.hooks import Host
+
+
+def register_commands(cli: click.Group) -> None:
+    from core.bench.prefix import prefix_command
+    from core.cli import bench_group
+    from memory.bench.cli import bench_locomo, bench_memory, bench_memory_store
+    from memory.cli import memory_group
+
+    cli.add_command(memory_group)
+    bench = bench_group(cli)
+    bench.add_command(bench_locomo)
+    bench.add_command(bench_memory)
+    bench.add_command(prefix_command(bench_memory_store))
+
+
+def extension(host: Host) -> Extension:
+    from memory.extension import MemoryExtension
+    from memory.sqlite_store import SqliteMemoryStore
+
+    return MemoryExtension(host.config, SqliteMemoryStore(host.db))

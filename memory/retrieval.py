@@ -1,0 +1,158 @@
+"""`rank_memories`: the one retriever. Modes knn (vectors), bm25, jaccard, hybrid.
+
+Only the chat's own and global memories that are active (not archived, not expired) are
+candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailable (no
+sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
+
+hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 scores
+and Jaccard overlaps come from the chat's in-memory posting lists (`memory.keyword_cache`);
+BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
+its content.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.clock import now_iso
+from memory.embeddings import Embedder
+from memory.keyword_cache import bm25_ids, jaccard_ids
+from memory.store import Memory, MemoryStore
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "knn", "bm25", "jaccard")
+MIN_DEPTH = 50  # candidates each ranker contributes to the fusion
+KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is cosine
+
+_warned_fallback = False
+
+
+@dataclass(frozen=True)
+class RankedMemory:
+    memory: Memory
+    score: float
+
+
+def effective_mode(store: MemoryStore, mode: str) -> str:
+    """The mode that will really run: knn/hybrid need a vector index fit for the embedder."""
+    if mode not in MODES:
+        raise ValueError(f"unknown ranking mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode in ("knn", "hybrid") and store.vectors_unavailable() is not None:
+        return "bm25"
+    return mode
+
+
+def _warn_fallback(mode: str, store: MemoryStore) -> None:
+    global _warned_fallback
+    if _warned_fallback:
+        return
+    _warned_fallback = True
+    reason = store.vectors_unavailable()
+    logger.warning("memory ranking mode %s unavailable (%s); using bm25 keywords", mode, reason)
+
+
+def score_fusion(
+    semantic: dict[int, float], keyword: dict[int, float], keyword_weight: float = 0.5
+) -> dict[int, float]:
+    """Fuse cosine similarities and BM25 scores after normalising each to 0..1.
+
+    Similarities are min-max scaled over the union of candidates (a candidate without a
+    vector counts as the minimum); BM25 scores are divided by the best one (no match = 0).
+    """
+    ids = set(semantic) | set(keyword)
+    if not ids:
+        return {}
+    low = min(semantic.values(), default=0.0)
+    span = max(semantic.values(), default=0.0) - low
+    best_keyword = max(keyword.values(), default=0.0)
+    fused: dict[int, float] = {}
+    for item in ids:
+        sim = (semantic.get(item, low) - low) / span if span > 0 else 0.0
+        kw = keyword.get(item, 0.0) / best_keyword if best_keyword > 0 else 0.0
+        fused[item] = keyword_weight * kw + (1.0 - keyword_weight) * sim
+    return fused
+
+
+def knn_ids(
+    store: MemoryStore, chat_id: int | None, vector: list[float], depth: int
+) -> list[tuple[int, float]]:
+    """(id, similarity) by cosine KNN restricted to the chat's and global memories."""
+    return [(mid, 1.0 - d) for mid, d in store.nearest(chat_id, vector, depth)]
+
+
+def _hybrid(
+    store: MemoryStore, chat_id: int | None, query: str, depth: int, embedder: Embedder
+) -> list[tuple[int, float]]:
+    keyword = dict(bm25_ids(store, chat_id, query, depth))
+    vector = embedder.embed_query(query)
+    # One exact scoring pass over the approximate KNN candidates and the keyword hits: the
+    # semantic side is the `depth` most similar candidates plus every keyword hit.
+    found = store.vector_candidates(chat_id, vector, depth)
+    sims = store.similarities(vector, list(dict.fromkeys([*found, *keyword])))
+    nearest = sorted((sims[mid], mid) for mid in found if mid in sims)[-depth:]
+    semantic = {mid: sim for sim, mid in nearest}
+    semantic.update((mid, sims[mid]) for mid in keyword if mid in sims)
+    fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
+    return sorted(fused.items(), key=lambda item: -item[1])
+
+
+def rank_memories(
+    store: MemoryStore, chat_id: int | None, query: str, k: int, *, mode: str = "hybrid"
+) -> list[RankedMemory]:
+    """The `k` best active memories of this chat and global ones for `query`, best first.
+
+    Vectors come from the store's embedder (none: knn and hybrid fall back to bm25). Ties
+    break by recency (last seen, then newest id).
+    """
+    if k <= 0 or not query.strip():
+        return []
+    used = effective_mode(store, mode)
+    if used != mode:
+        _warn_fallback(mode, store)
+    depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
+    embedder = store.embedder
+    if used == "knn" and embedder is not None:
+        scored = knn_ids(store, chat_id, embedder.embed_query(query), depth)
+    elif used == "hybrid" and embedder is not None:
+        scored = _hybrid(store, chat_id, query, depth, embedder)
+    elif used == "jaccard":
+        scored = jaccard_ids(store, chat_id, query)
+    else:
+        scored = bm25_ids(store, chat_id, query, depth)
+    return _finish(store, chat_id, scored, k)
+
+
+def _finish(
+    store: MemoryStore, chat_id: int | None, scored: Sequence[tuple[int, float]], k: int
+) -> list[RankedMemory]:
+    """The best `k` candidates, reading only the rows that can make the cut.
+
+    `scored` is best first. Rows are read in growing prefixes that always end on a score
+    change, so recency can break every tie at the cut; expired rows just extend the read.
+    """
+    ranked: list[RankedMemory] = []
+    start, now = 0, now_iso()
+    while start < len(scored) and len(ranked) < k:
+        end = min(len(scored), start + max(k - len(ranked), 1) + k // 2)
+        while end < len(scored) and scored[end][1] == scored[end - 1][1]:
+            end += 1
+        chunk = scored[start:end]
+        memories = store.by_ids([mid for mid, _ in chunk])
+        ranked.extend(
+            RankedMemory(memories[mid], score)
+            for mid, score in chunk
+            if mid in memories and _candidate(memories[mid], chat_id, now)
+        )
+        start = end
+    ranked.sort(key=lambda r: (r.score, r.memory.last_seen_at, r.memory.id), reverse=True)
+    return ranked[:k]
+
+
+def _candidate(memory: Memory, chat_id: int | None, now: str) -> bool:
+    if memory.archived or memory.chat_id not in (chat_id, None):
+        return False
+    return memory.expires_at is None or memory.expires_at > now

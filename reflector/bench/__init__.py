@@ -1,0 +1,1 @@
+"""The reflector's benchmark: `mnemo bench reflector` (pass time vs history length)."""

@@ -1,0 +1,85 @@
+"""The reflector's CLI: `mnemo reflect --once` and `mnemo reflector` (a worker).
+
+Heavy imports happen inside the commands so `mnemo --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING
+
+import click
+
+from core.cli import chat_param, current_config
+
+if TYPE_CHECKING:
+    from core.config import Config
+    from reflector.reflection import Reflector
+
+
+@contextmanager
+def open_reflector(config: Config) -> Iterator[Reflector]:
+    """A Reflector on its own connection to the configured database."""
+    from core.db import connect
+    from core.llm import OpenAILLM
+    from memory.strategies.sqlite_store import SqliteStrategyStore
+    from reflector.playbook import default_contributors
+    from reflector.reflection import sqlite_reflector
+
+    config.storage.data_dir.mkdir(parents=True, exist_ok=True)
+    conn = connect(config.storage.database_path)
+    try:
+        contributors = default_contributors(SqliteStrategyStore(conn))
+        yield sqlite_reflector(config, conn, OpenAILLM(config.llm), contributors=contributors)
+    finally:
+        conn.close()
+
+
+@click.command("reflect")
+@click.option("--once", is_flag=True, help="Run one pass now and print what it did.")
+@click.option("--chat", "chat", default=None, help="Only this chat (id or channel:chat_id).")
+def reflect(once: bool, chat: str | None) -> None:
+    """Distil facts from unseen messages into memories (one pass)."""
+    if not once:
+        raise click.UsageError("use --once for one pass, or `mnemo reflector` to run on a schedule")
+    with open_reflector(current_config()) as reflector:
+        chat_ids = [chat_param(reflector.store, chat).id] if chat else None
+        report = asyncio.run(reflector.run_pass(chat_ids))
+    for line in report.lines():
+        click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("reflector")
+def reflector_worker() -> None:
+    """Run the reflector on its schedule, alone (beside bot processes on the same database)."""
+    config = current_config()
+    with open_reflector(config) as reflector:
+        click.echo(
+            f"reflector: every {config.reflector.interval_mins:g} min on "
+            f"{config.storage.database_path}; Ctrl-C to stop",
+            err=True,
+        )
+        asyncio.run(_serve(reflector, config.reflector.interval_mins))
+
+
+async def _serve(reflector: Reflector, interval_mins: float) -> None:
+    """Run the scheduler service until SIGINT or SIGTERM."""
+    from reflector.scheduler import ReflectorService
+
+    service = ReflectorService(reflector, interval_mins)
+    task = asyncio.create_task(service.run(), name="reflector")
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        with suppress(asyncio.CancelledError):
+            await task
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)

