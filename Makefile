@@ -1,38 +1,61 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
+REAL_STAMP := $(VENV)/.installed-real
 
-.PHONY: install run test lint fix typecheck bench clean
+.PHONY: install install-dev run test test-real lint fix bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+# What running needs: the package and its dependencies, no test tools.
+$(RUN_STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -c constraints.txt -e .
+	touch $@
+
+# The test and lint tools on top.
+$(DEV_STAMP): $(RUN_STAMP)
 	$(PIP) install --quiet -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
+	touch $@
 
-install: $(STAMP)
+# Also exports the embedding model to ONNX now, so the first start need not.
+install: $(RUN_STAMP)
+	$(VENV)/bin/mnemo memory prepare
 
-run: $(STAMP)
+install-dev: $(DEV_STAMP)
+
+run: install
 	$(VENV)/bin/mnemo run
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
+# llama-cpp-python builds from source the first time (~10 min on 2 cores); pip keeps the
+# wheel in its cache, so later installs take seconds.
+$(REAL_STAMP): $(DEV_STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install --quiet -c constraints.txt -e '.[dev,real]'
+	touch $@
+
+# End to end against real llama-cpp-python servers on 127.0.0.1 (SmolLM2-135M).
+test-real: $(REAL_STAMP)
+	$(PY) -m pytest -q -m real tests/real
+
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy core memory reflector migrations bots
 
-fix: $(STAMP)
+fix: $(DEV_STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
+	$(VENV)/bin/mnemo bench startup
 	$(VENV)/bin/mnemo bench memory --n 10000
+	$(VENV)/bin/mnemo bench memory --n 10000 --gap 1.5
 	$(VENV)/bin/mnemo bench locomo ../shared/data/locomo/dev.json
 	$(VENV)/bin/mnemo bench reflector
-	$(VENV)/bin/mnemo bench prefix
 	$(VENV)/bin/mnemo bench longrun
 
 clean:

@@ -14,6 +14,7 @@ from core.api import Check
 from core.config import Config, load_config, resolve_config_path
 from core.doctor import llm_setup_hint
 from core.errors import LLMError, MnemoError
+from core.probes import model_checks
 
 
 class Context:
@@ -156,9 +157,11 @@ async def _doctor_checks(context: Context) -> list[Check]:
         )
         try:
             models = await runtime.llm.ping()
-            checks.append(Check("llm", True, f"{config.llm.base_url} answers ({models})"))
         except LLMError:
             checks.append(Check("llm", False, llm_setup_hint(config.llm.base_url)))
+        else:
+            checks.append(Check("llm", True, f"{config.llm.base_url} answers ({models})"))
+            checks.extend(await model_checks(runtime.llm, runtime.store, config.llm))
         await runtime.start()
         checks.extend(await runtime.extensions.checks())
     finally:

@@ -11,6 +11,7 @@ from core import default_plugin
 from core.assembly import build_agent
 from core.config import Config
 from core.db import Connection, connect
+from core.discovery import discover
 from core.dispatcher import Dispatcher
 from core.extensions import Extensions
 from core.hooks import Plugin
@@ -26,6 +27,9 @@ from reflector import plugin as reflector_plugin
 # Registration order is injection order: built-ins, memory, strategies, reflector.
 PLUGINS: tuple[Plugin, ...] = (default_plugin, memory_plugin, strategies_plugin, reflector_plugin)
 
+logger = logging.getLogger(__name__)
+
+PROGRESS_LOGGERS = ("memory.onnx_export",)
 HTTP_LOGGERS = (
     "httpx",
     "httpx2",
@@ -58,8 +62,20 @@ class Runtime:
         return self.agent.planner
 
     async def start(self) -> None:
-        """Let every extension prepare (load models) before the first message."""
+        """Ask the model server about its model, and let every extension prepare (load
+        models) before the first message."""
+        await self.discover_models()
         await self.agent.extensions.start()
+
+    async def discover_models(self) -> None:
+        """Learn the window of the chat model (and the reflector's) from the server, where
+        it can tell; a server that cannot is fine (the first overflow error will)."""
+        models = {self.llm.model, self.config.reflector.model or self.llm.model}
+        for model in sorted(models):
+            try:
+                await discover(self.llm.client(), self.store, self.config.llm, model)
+            except Exception as exc:  # a probe must never stop the bot from starting
+                logger.debug("could not ask the server about %s: %s", model, exc)
 
     def close(self) -> None:
         self.conn.close()
@@ -81,3 +97,5 @@ def configure_logging(level: str) -> None:
     )
     for name in HTTP_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, getattr(logging, level)))
+    for name in PROGRESS_LOGGERS:  # a slow first start says what it does, whatever the level
+        logging.getLogger(name).setLevel(min(logging.INFO, getattr(logging, level)))

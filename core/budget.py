@@ -14,7 +14,6 @@ from typing import Any
 from core.api import ContextSection
 from core.config import Config
 from core.text import clip_middle
-from core.tokens import effective_window
 
 TOTAL_MIN, TOTAL_MAX = 1_000, 150_000
 SECTION_MIN, SECTION_MAX = 1_000, 20_000
@@ -58,11 +57,11 @@ def _clamp(value: int, low: int, high: int) -> int:
     return max(low, min(high, value))
 
 
-def section_budget(config: Config, chars_per_token: float) -> SectionBudget:
-    """Configured caps, else a quarter of the effective window (1k-150k) and 1k-20k each."""
+def section_budget(config: Config, chars_per_token: float, window: int) -> SectionBudget:
+    """Configured caps, else a quarter of the effective `window` (1k-150k) and 1k-20k each."""
     total = config.context.dynamic_total_max_chars
     if total is None:
-        window_chars = int(effective_window(config.llm) * chars_per_token)
+        window_chars = int(window * chars_per_token)
         total = _clamp(window_chars // 4, TOTAL_MIN, TOTAL_MAX)
     section = config.context.dynamic_section_max_chars
     if section is None:

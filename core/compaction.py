@@ -1,10 +1,12 @@
 """Compaction: split the session safely, flush memory, summarise, archive, mark; delete nothing.
 
 `Compactor.compact()` keeps the most recent messages verbatim (starting at a user message,
-so a tool call is never separated from its result), summarises the older part into the
-session summary (incrementally), archives it as Markdown under the chat's data dir and
-marks its messages with the compaction id. If summarising fails the previous summary is
-kept and only the recent messages are sent from then on (logged, status `fallback`).
+so a tool call is never separated from its result), no more than leaves the request at
+half the trigger (hysteresis: the next compaction is many turns away, not one), summarises
+the older part into the session summary (incrementally), archives it as Markdown under
+the chat's data dir and marks its messages with the compaction id. If summarising fails
+the previous summary is kept and only the recent messages are sent from then on (logged,
+status `fallback`).
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ from core.chat_files import ARCHIVE_DIR, chat_dir
 from core.clock import utc_now
 from core.config import Config
 from core.llm import LLM
+from core.model_profile import effective_window, window_for
 from core.store import CompactionRecord, SessionStore, StoredMessage
-from core.summary import summarise
-from core.tokens import TokenEstimator, effective_window
+from core.summary import SummaryBudget, summarise
+from core.tokens import TokenEstimator
 
 logger = logging.getLogger(__name__)
 
 Trigger = Literal["threshold", "overflow", "command"]
+AFTER_COMPACTION_SHARE = 0.5  # of the trigger: where a compaction leaves the request
+SUMMARY_GUESS_MAX = 1_000  # tokens
 
 
 @dataclass(frozen=True)
@@ -43,35 +48,52 @@ class CompactionResult:
     error: str = ""
 
 
+def suffix_tokens(history: Sequence[StoredMessage], estimator: TokenEstimator) -> list[int]:
+    """`result[i]`: estimated tokens of `history[i:]` (one more entry, 0, at the end)."""
+    totals = [0] * (len(history) + 1)
+    for index in range(len(history) - 1, -1, -1):
+        totals[index] = totals[index + 1] + estimator.message(history[index].to_openai())
+    return totals
+
+
 def split_for_compaction(
     history: Sequence[StoredMessage],
     keep_tokens: int,
     keep_recent: int,
     estimator: TokenEstimator,
+    max_keep_tokens: int | None = None,
 ) -> tuple[list[StoredMessage], list[StoredMessage]]:
-    """(old, recent): recent fits `keep_tokens` or has `keep_recent` messages, whichever is
-    more, and starts at a user message (moved earlier, else later), so tool calls and their
-    results stay together. Nothing is old while the whole history fits `keep_tokens`."""
+    """(old, recent). Recent starts at a user message, so a tool call stays with its result,
+    and holds what fits `keep_tokens` or the `keep_recent` newest messages, whichever is
+    more (moved earlier to a user message, else later), but no more than `max_keep_tokens`
+    when that is given, and at least the newest user turn. Nothing is old while the whole
+    history fits `keep_tokens`."""
     count = len(history)
-    start, used = count, 0
-    for index in range(count - 1, -1, -1):
-        used += estimator.message(history[index].to_openai())
-        if used > keep_tokens:
-            break
-        start = index
-    if start == 0:
-        return [], list(history)  # all of it fits in the reserve
-    start = min(start, max(0, count - keep_recent))
-    users = [index for index in range(count) if history[index].role == "user"]
-    earlier = [index for index in users if 0 < index <= start]
-    later = [index for index in users if index > start]
-    if earlier:
-        start = earlier[-1]
-    elif later:
-        start = later[0]
-    else:
+    suffix = suffix_tokens(history, estimator)
+    boundaries = [index for index in range(1, count) if history[index].role == "user"]
+    if suffix[0] <= keep_tokens or not boundaries:
         return [], list(history)
+    fitting = next(index for index in range(count + 1) if suffix[index] <= keep_tokens)
+    wanted = min(fitting, max(0, count - keep_recent))
+    earlier = [index for index in boundaries if index <= wanted]
+    start = earlier[-1] if earlier else next(i for i in boundaries if i > wanted)
+    if max_keep_tokens is not None and suffix[start] > max_keep_tokens:
+        fits = [index for index in boundaries if index > start and suffix[index] <= max_keep_tokens]
+        start = fits[0] if fits else boundaries[-1]
     return list(history[:start]), list(history[start:])
+
+
+def history_room(config: Config, usable: int, overhead: int, summary_tokens: int) -> int:
+    """Tokens of history a compaction may keep: what leaves the request (prefix, tools,
+    dynamic context, summary) at `AFTER_COMPACTION_SHARE` of the trigger, so the next
+    compaction is many turns away."""
+    target = int(usable * config.context.compaction_threshold * AFTER_COMPACTION_SHARE)
+    return max(0, target - overhead - summary_tokens)
+
+
+def summary_guess(previous: str | None, usable: int, estimator: TokenEstimator) -> int:
+    """Tokens the new summary will take, guessed before it is written."""
+    return max(estimator.text(previous or ""), min(usable // 10, SUMMARY_GUESS_MAX))
 
 
 def orphaned_tool_messages(messages: Sequence[dict[str, object]]) -> list[str]:
@@ -134,29 +156,57 @@ class Compactor:
     """Compacts a chat's session: built with its store, model client and config.
 
     `before` runs first (the extensions' `before_compaction`: the reflector saves facts).
+    `overhead` is the last known size of a request outside its summary and history
+    (prefix, tools, dynamic context); `/compact` plans with it.
     """
 
     config: Config
     store: SessionStore
     llm: LLM
     before: Callable[[TurnContext], Awaitable[None]] = _nothing_to_flush
+    overhead: int = 0
 
-    async def compact(self, turn: TurnContext, trigger: Trigger) -> CompactionResult | None:
-        """Compact the chat's session now; None when nothing is old enough to compact."""
+    async def compact(
+        self, turn: TurnContext, trigger: Trigger, overhead: int | None = None
+    ) -> CompactionResult | None:
+        """Compact the chat's session now, keeping only as much recent history as leaves
+        the request well under the trigger; None when nothing is old enough to compact."""
         config, store, chat = self.config, self.store, turn.chat
+        self.overhead = self.overhead if overhead is None else overhead
         estimator = estimator_for(store, config, self.llm.model)
         history = store.history(chat.id)
-        keep_tokens = int(effective_window(config.llm) * config.context.reserve_ratio)
+        window = window_for(store, config.llm, self.llm.model).tokens
+        usable = effective_window(window, config.llm.max_output_tokens)
+        previous = store.session(chat.id).summary
+        room = history_room(
+            config, usable, self.overhead, summary_guess(previous, usable, estimator)
+        )
+        keep_tokens = int(usable * config.context.reserve_ratio)
         old, recent = split_for_compaction(
-            history, keep_tokens, config.context.keep_recent, estimator
+            history, keep_tokens, config.context.keep_recent, estimator, room
         )
         if not old:
             logger.info("nothing to compact in %s (%d messages)", chat.key, len(history))
             return None
-        previous = store.session(chat.id).summary
-        before = session_tokens(previous, history, estimator)
+        return await self._compact(turn, trigger, previous, old, recent, estimator, window)
+
+    async def _compact(
+        self,
+        turn: TurnContext,
+        trigger: Trigger,
+        previous: str | None,
+        old: list[StoredMessage],
+        recent: list[StoredMessage],
+        estimator: TokenEstimator,
+        window: int,
+    ) -> CompactionResult:
+        """Flush memory, summarise `old`, archive and mark it."""
+        config, store, chat = self.config, self.store, turn.chat
+        before = session_tokens(previous, old + recent, estimator)
         await self.before(turn)
-        outcome = await summarise(self.llm, store, config, chat.id, previous, old, estimator)
+        outcome = await summarise(
+            self.llm, store, chat.id, previous, old, estimator, SummaryBudget.of(window, config)
+        )
         status: Literal["summarised", "fallback"] = "summarised" if outcome.summary else "fallback"
         if outcome.summary is None:
             logger.warning(

@@ -36,6 +36,7 @@ class LLMConfig(Section):
     timeout_s: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
     temperature: float | None = None
+    tools: Literal["auto", "on", "off"] = "auto"
 
 
 class StorageConfig(Section):
@@ -69,6 +70,7 @@ class ReflectorConfig(Section):
     model: str = ""
     lease_s: int = Field(default=600, ge=10)
     confidence_floor: float = Field(default=0.3, ge=0, le=1)
+    max_attempts: int = Field(default=3, ge=1)
 
 
 class ContextConfig(Section):

@@ -8,8 +8,8 @@ from typing import Any
 
 from core.api import Chat, ContextSection
 from core.budget import SectionMeta
+from core.model_profile import load_profile, server_disagrees
 from core.request_plan import RequestPlanner
-from core.tokens import context_window
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,8 @@ class ContextReport:
     chat: str
     model: str
     context_window: int
+    window_source: str
+    window_warning: str
     effective_window: int
     prefix_chars: int
     prefix_tokens: int
@@ -69,7 +71,8 @@ class ContextReport:
             )
         lines += [
             f"total: ~{self.total_tokens} of {self.effective_window} tokens"
-            f" ({self.share:.0%}, window {self.context_window} minus output),"
+            f" ({self.share:.0%}, window {self.context_window} from {self.window_source},"
+            " minus the answer's reserve),"
             f" pressure {self.pressure}{', old tool results pruned' if self.would_prune else ''}",
             f"compactions: {self.compactions}, tokens saved: {self.tokens_saved}",
             f"calibration: {self.chars_per_token:.2f} chars/token after"
@@ -80,6 +83,8 @@ class ContextReport:
                 else ""
             ),
         ]
+        if self.window_warning:
+            lines.append(f"warning: {self.window_warning}")
         return "\n".join(lines)
 
 
@@ -93,10 +98,13 @@ def context_report(
     calibration = store.load_calibration(planner.model)
     compactions, saved = store.compaction_totals(chat.id)
     prefix = plan.messages[0]["content"]
+    window = planner.window()
     return ContextReport(
         chat=chat.key,
         model=planner.model,
-        context_window=context_window(planner.config.llm),
+        context_window=window.tokens,
+        window_source=window.source,
+        window_warning=server_disagrees(planner.config.llm, load_profile(store, planner.model)),
         effective_window=plan.window,
         prefix_chars=len(prefix),
         prefix_tokens=plan.parts["prefix"],

@@ -1,4 +1,4 @@
-"""The core's own plugin: the built-in commands and tools, `mnemo inspect`, the longrun bench."""
+"""The core's own plugin: the built-in commands and tools, `mnemo inspect`, its benches."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ if TYPE_CHECKING:
 
 
 def register_commands(cli: click.Group) -> None:
+    from core.bench.kv import bench_kv
     from core.bench.longrun import bench_longrun
+    from core.bench.startup import bench_startup
     from core.cli import bench_group, inspect_command
 
     cli.add_command(inspect_command)
     bench_group(cli).add_command(bench_longrun)
+    bench_group(cli).add_command(bench_startup)
+    bench_group(cli).add_command(bench_kv)
 
 
 def extension(host: Host) -> Extension:

@@ -10,6 +10,11 @@ MnemoError
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
 │   ├── LLMUnavailable     connection refused, 429 or 5xx after retries
 │   ├── ContextOverflow    the provider says the request is larger than its window
+│   ├── LLMRejected        the server refused this request for good (a 4xx, a template error)
+│   │   ├── TemplateRejected   the chat template refuses a system message after the first
+│   │   ├── ToolsUnsupported   the model or server does not do tool calls
+│   │   ├── ModelMissing       the configured model is not served
+│   │   └── FormatUnsupported  the structured-output request (response_format) is refused
 │   └── LLMBadResponse     the answer could not be parsed
 │       └── ReplyInvalid   the answer is not the JSON object the prompt asks for
 └── ToolError              a tool was called with bad arguments or failed
@@ -55,7 +60,35 @@ class LLMUnavailable(LLMError):
 
 
 class ContextOverflow(LLMError):
-    """The provider rejected the request as longer than its context window."""
+    """The provider rejected the request as longer than its context window.
+
+    `limit` is the window the error states ("maximum context length is 2048 tokens"),
+    when it states one.
+    """
+
+    def __init__(self, message: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class LLMRejected(LLMError):
+    """The server refused the request in a way a retry cannot change."""
+
+
+class TemplateRejected(LLMRejected):
+    """The model's chat template refuses a system message that is not the first message."""
+
+
+class ToolsUnsupported(LLMRejected):
+    """The model (or its server) does not support tool calls."""
+
+
+class ModelMissing(LLMRejected):
+    """The configured model is not served (not pulled, misspelt)."""
+
+
+class FormatUnsupported(LLMRejected):
+    """The server refuses the requested `response_format` (structured output)."""
 
 
 class LLMBadResponse(LLMError):

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.config import LLMConfig
-from core.errors import ContextOverflow, LLMBadResponse, LLMTimeout, LLMUnavailable
+from core.errors import (
+    ContextOverflow,
+    FormatUnsupported,
+    LLMBadResponse,
+    LLMError,
+    LLMRejected,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelMissing,
+    TemplateRejected,
+    ToolsUnsupported,
+)
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -17,8 +34,45 @@ _OVERFLOW_HINTS = (
     "context length",
     "maximum context",
     "context window",
+    "context size",
+    "exceed_context_size",
     "too many tokens",
     "prompt is too long",
+)
+# The window an overflow error states: OpenAI, vLLM and llama-cpp-python ("maximum context
+# length is 2048 tokens"), llama.cpp's server ("n_ctx": 4096), others ("context size (4096)").
+_LIMIT_PATTERNS = (
+    re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
+    re.compile(r"\bn_ctx\b\W{0,4}(\d+)", re.IGNORECASE),
+    re.compile(r"context (?:size|length|window) (?:of |is )?\(?(\d{3,7})\b", re.IGNORECASE),
+)
+# A chat template that refuses the request layout (Mistral, Gemma, strict ChatML copies).
+_TEMPLATE_HINTS = (
+    "system message must be at the beginning",
+    "system message must be first",
+    "system role not supported",
+    "roles must alternate",
+    "only the first message can be a system",
+    "system messages are only",
+)
+_TOOLS_HINTS = (
+    "does not support tools",
+    "tools are not supported",
+    "tool use is not supported",
+    "tool calls are not supported",
+    "enable-auto-tool-choice",
+    "function calling is not",
+)
+_MISSING_HINTS = ("not found, try pulling", "does not exist", "model_not_found", "no such model")
+# Errors that say something about the request, not the server's state: never retried.
+_PERMANENT_HINTS = (
+    "validation error",
+    "template",
+    "jinja",
+    "has no attribute",
+    "response_format",
+    *_TEMPLATE_HINTS,
+    *_TOOLS_HINTS,
 )
 
 
@@ -59,28 +113,65 @@ class LLM(Protocol):
         *,
         model: str | None = None,
         max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion: ...
 
 
-def is_overflow_message(text: str) -> bool:
+def _has(text: str, hints: tuple[str, ...]) -> bool:
     lowered = text.lower()
-    return any(hint in lowered for hint in _OVERFLOW_HINTS)
+    return any(hint in lowered for hint in hints)
+
+
+def is_overflow_message(text: str) -> bool:
+    return _has(text, _OVERFLOW_HINTS)
+
+
+def stated_limit(text: str) -> int | None:
+    """The context window an overflow error states, if it states one."""
+    for pattern in _LIMIT_PATTERNS:
+        match = pattern.search(text)
+        if match and 128 <= int(match.group(1)) <= 10_000_000:
+            return int(match.group(1))
+    return None
+
+
+def is_permanent(status: int, text: str) -> bool:
+    """True when a retry cannot change the answer (a 4xx, or a 5xx that names the request)."""
+    if status in (408, 409, 429):
+        return False
+    return status < 500 or _has(text, _PERMANENT_HINTS)
 
 
 class OpenAILLM:
-    """`LLM` over the `openai` package's `AsyncOpenAI` (retries and backoff are the client's)."""
+    """`LLM` over the OpenAI chat-completions HTTP API, with httpx.
+
+    Connection errors, timeouts, 408, 409, 429 and 5xx are retried `[llm] max_retries`
+    times with exponential backoff (a server's `Retry-After` is honoured, up to 30 s);
+    other answers are final. One client per event loop: a loop's connections never
+    leak into another.
+    """
 
     def __init__(self, config: LLMConfig) -> None:
-        import openai  # here, not at module level: importing it takes a second
-
         self.config = config
         self.model = config.model
-        self.client = openai.AsyncOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key or "no-key",
-            timeout=config.timeout_s,
-            max_retries=config.max_retries,
-        )
+        self.base_url = config.base_url.rstrip("/")
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        import httpx  # here, not at module level: `mnemo --help` need not pay for it
+
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            headers = {"Authorization": f"Bearer {self.config.api_key or 'no-key'}"}
+            self._client = httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s)
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
 
     async def complete(
         self,
@@ -89,6 +180,7 @@ class OpenAILLM:
         *,
         model: str | None = None,
         max_tokens: int | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
         params: dict[str, Any] = {
             "model": model or self.model,
@@ -96,73 +188,151 @@ class OpenAILLM:
             "max_tokens": max_tokens or self.config.max_output_tokens,
         }
         if tools:
+            # Without tool_choice some servers (llama-cpp-python's chatml-function-calling)
+            # leave the tools out of the prompt.
             params["tools"] = tools
+            params["tool_choice"] = "auto"
+        if response_format is not None:
+            params["response_format"] = response_format
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        import openai
-
         started = time.monotonic()
-        try:
-            response = await self.client.chat.completions.create(**params)
-        except openai.APITimeoutError as exc:
-            raise LLMTimeout(f"the model did not answer within {self.config.timeout_s:g}s") from exc
-        except openai.APIConnectionError as exc:
-            raise LLMUnavailable(
-                f"cannot reach the model server at {self.config.base_url}"
-            ) from exc
-        except openai.APIStatusError as exc:
-            detail = _error_detail(exc)
-            if exc.status_code in (400, 413) and is_overflow_message(detail):
-                raise ContextOverflow(detail) from exc
-            raise LLMUnavailable(f"model server answered {exc.status_code}: {detail}") from exc
-        except openai.APIError as exc:
-            raise LLMBadResponse(f"unusable answer from the model server: {exc}") from exc
-        return _to_completion(response, int((time.monotonic() - started) * 1000))
+        body = await self._post_json("/chat/completions", params)
+        return _to_completion(body, int((time.monotonic() - started) * 1000))
 
     async def ping(self) -> str:
         """List the server's models; raise an `LLMError` if it cannot be reached."""
-        import openai
+        import httpx
 
         try:
-            page = await self.client.with_options(max_retries=0, timeout=5).models.list()
-        except openai.APIStatusError as exc:
-            raise LLMUnavailable(f"{exc.status_code}: {_error_detail(exc)}") from exc
-        except openai.APIError as exc:
-            raise LLMUnavailable(str(exc)) from exc
-        names = [item.id for item in page.data]
+            response = await self.client().get(f"{self.base_url}/models", timeout=5)
+        except httpx.HTTPError as exc:
+            raise LLMUnavailable(f"cannot reach the model server at {self.base_url}") from exc
+        if response.status_code != 200:
+            raise LLMUnavailable(f"{response.status_code}: {error_detail(response)}")
+        try:
+            names = [str(item["id"]) for item in response.json()["data"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LLMUnavailable("the model list is not OpenAI-shaped JSON") from exc
         return ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
 
+    async def _post_json(self, path: str, params: dict[str, Any]) -> Any:
+        """POST `params`; the decoded JSON answer of a 200, after retrying what may pass."""
+        import httpx
 
-def _error_detail(exc: Any) -> str:
-    """The server's error message from an `openai.APIStatusError`."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:500]
-        if isinstance(inner, str):
-            return inner[:500]
-    return str(exc.message)[:500]
+        attempts = self.config.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = await self.client().post(
+                    f"{self.base_url}{path}", json=params, timeout=self.config.timeout_s
+                )
+            except httpx.TimeoutException as exc:
+                if last:
+                    raise LLMTimeout(
+                        f"the model did not answer within {self.config.timeout_s:g}s"
+                    ) from exc
+                await asyncio.sleep(backoff_s(attempt))
+                continue
+            except httpx.HTTPError as exc:
+                if last:
+                    raise LLMUnavailable(
+                        f"cannot reach the model server at {self.base_url}"
+                    ) from exc
+                await asyncio.sleep(backoff_s(attempt))
+                continue
+            if response.status_code == 200:
+                return _json_body(response)
+            if last or response.status_code not in RETRIED_STATUSES:
+                raise status_error(response)
+            if is_permanent(response.status_code, error_detail(response)):
+                raise status_error(response)
+            await asyncio.sleep(backoff_s(attempt, response.headers.get("retry-after")))
+        raise AssertionError("unreachable")
 
 
-def _to_completion(response: Any, latency_ms: int) -> Completion:
-    choices = getattr(response, "choices", None)
-    if not choices:
+RETRIED_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+MAX_RETRY_AFTER_S = 30.0
+
+
+def backoff_s(attempt: int, retry_after: str | None = None) -> float:
+    """How long to wait before retry `attempt + 1`: the server's word, else 0.5 s doubling."""
+    if retry_after:
+        try:
+            return min(MAX_RETRY_AFTER_S, max(0.0, float(retry_after)))
+        except ValueError:
+            pass
+    return min(8.0, 0.5 * float(2**attempt)) * (0.75 + random.random() / 2)
+
+
+def error_detail(response: httpx.Response) -> str:
+    """The server's error message from an error answer (OpenAI's shape, or the raw text)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(inner, dict) and inner.get("message"):
+        return str(inner["message"])[:500]
+    if isinstance(inner, str):
+        return inner[:500]
+    return response.text[:500]
+
+
+def status_error(response: httpx.Response) -> LLMError:
+    """The error an answer other than 200 stands for."""
+    return classify_error(response.status_code, error_detail(response), response.text)
+
+
+def classify_error(status: int, detail: str, body: str = "") -> LLMError:
+    """An error answer as the `LLMError` that says what to do about it."""
+    said = f"model server answered {status}: {detail}"
+    if status in (400, 413, 422, 500) and is_overflow_message(detail):
+        return ContextOverflow(detail, stated_limit(f"{detail} {body}"))
+    if _has(detail, _TEMPLATE_HINTS):
+        return TemplateRejected(said)
+    if _has(detail, _TOOLS_HINTS):
+        return ToolsUnsupported(said)
+    if status in (400, 404) and _has(detail, _MISSING_HINTS) and "model" in detail.lower():
+        return ModelMissing(said)
+    if "response_format" in detail.lower() or "json_schema" in detail.lower():
+        return FormatUnsupported(said)
+    if is_permanent(status, detail):
+        return LLMRejected(said)
+    return LLMUnavailable(said)
+
+
+def _json_body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise LLMBadResponse(
+            f"unusable answer from the model server: not JSON ({response.text[:80]!r})"
+        ) from exc
+
+
+def _to_completion(body: Any, latency_ms: int) -> Completion:
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise LLMBadResponse("the model server returned no choices")
     choice = choices[0]
-    message = choice.message
+    message = choice.get("message") or {}
     calls = [
-        ToolCall(call.id, call.function.name, call.function.arguments or "{}")
-        for call in (message.tool_calls or [])
-        if getattr(call, "function", None) is not None
+        ToolCall(
+            str(call.get("id") or f"call_{index}"),
+            str(call["function"].get("name") or ""),
+            call["function"].get("arguments") or "{}",
+        )
+        for index, call in enumerate(message.get("tool_calls") or [])
+        if isinstance(call, dict) and isinstance(call.get("function"), dict)
     ]
-    usage = getattr(response, "usage", None)
+    usage = body.get("usage") or {}
     return Completion(
-        content=message.content or "",
+        content=message.get("content") or "",
         tool_calls=calls,
-        model=getattr(response, "model", "") or "",
-        prompt_tokens=getattr(usage, "prompt_tokens", None) if usage else None,
-        completion_tokens=getattr(usage, "completion_tokens", None) if usage else None,
+        model=str(body.get("model") or ""),
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
         latency_ms=latency_ms,
-        finish_reason=choice.finish_reason or "",
+        finish_reason=str(choice.get("finish_reason") or ""),
     )

@@ -8,7 +8,7 @@ caller gathers them from the extensions.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from functools import cached_property
 from typing import Any
@@ -21,12 +21,22 @@ from core.context import (
     RequestParts,
     message_for_request,
     render_dynamic,
+    shown_lines,
     split_newest,
     static_prefix,
+    unseen_sections,
+    with_context,
+)
+from core.model_profile import (
+    Window,
+    effective_window,
+    load_profile,
+    tools_enabled,
+    window_for,
 )
 from core.pruning import PruneStats, prune_request
 from core.store import SessionStore
-from core.tokens import TokenEstimator, effective_window
+from core.tokens import TokenEstimator
 from core.tools import ToolRegistry
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
@@ -47,10 +57,14 @@ class RequestPlan:
     window: int  # effective window: context window minus max_output_tokens
     parts: dict[str, int]  # estimated tokens per part of the layout
     prune: PruneStats = field(default_factory=PruneStats)
+    tools_in_prompt: bool = True  # False: the server's template drops the tool schemas
+    # (user message id, its block) to keep once the request is sent; None when the
+    # newest user message already has its block
+    context_to_keep: tuple[int, str] | None = None
 
     @cached_property
     def tokens(self) -> int:
-        return self.estimator.request(self.messages, self.tools)
+        return self.estimator.request(self.messages, self.tools if self.tools_in_prompt else None)
 
     @property
     def share(self) -> float:
@@ -67,10 +81,15 @@ def _part_tokens(estimator: TokenEstimator, parts: RequestParts) -> dict[str, in
 
     summary = [{"role": "system", "content": parts.summary}] if parts.summary else []
     dynamic = [{"role": "system", "content": parts.dynamic}] if parts.dynamic else []
+    history = [
+        message
+        for entry, context in zip(parts.history, parts.contexts, strict=True)
+        for message in with_context(entry, context, late_system=True)
+    ]
     return {
         "prefix": total([{"role": "system", "content": parts.prefix}]),
         "summary": total(summary),
-        "history": total(parts.history),
+        "history": total(history),  # with the blocks kept on its user messages
         "dynamic": total(dynamic),
         "newest": total(parts.newest),
     }
@@ -87,18 +106,37 @@ class RequestPlanner:
     model: str
     today: Callable[[], date] = date.today
 
-    def parts(self, chat: Chat, pending: Sequence[dict[str, Any]], dynamic: str) -> RequestParts:
-        """The layout of the next request from the stored history and this turn's messages."""
+    def window(self) -> Window:
+        """The model's context window and where the figure comes from."""
+        return window_for(self.store, self.config.llm, self.model)
+
+    def parts(
+        self, chat: Chat, pending: Sequence[dict[str, Any]], sections: Sequence[ContextSection]
+    ) -> tuple[RequestParts, tuple[int, str] | None]:
+        """The layout of the next request from the stored history and this turn's messages,
+        and the block to keep on the newest user message once it is sent.
+
+        The newest user message gets the block it was first sent with, or else (it is
+        being sent now) the lines of `sections` that no block in the history shows.
+        """
         older, newest = split_newest(self.store.history(chat.id))
         group = chat.kind != "private"
         limit = self.config.context.tool_result_max_chars * 4
-        return RequestParts(
+        contexts = tuple(message.context or "" for message in older)
+        kept = newest[0].context if newest else None
+        dynamic = kept
+        if dynamic is None:
+            dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
+        parts = RequestParts(
             prefix=static_prefix(self.config, self.tools.names, self.today()),
             summary=self.store.session(chat.id).summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
             newest=[message_for_request(m, group, limit) for m in newest] + list(pending),
+            late_system=load_profile(self.store, self.model).late_system is not False,
+            contexts=contexts,
         )
+        return parts, (newest[0].id, dynamic) if newest and kept is None else None
 
     def plan(
         self,
@@ -115,21 +153,25 @@ class RequestPlanner:
         """
         config = self.config
         estimator = estimator_for(self.store, config, self.model)
-        budgeted = apply_budget(sections, section_budget(config, estimator.chars_per_token))
-        parts = self.parts(chat, pending, render_dynamic(budgeted.sections))
+        profile = load_profile(self.store, self.model)
+        window = self.window()
+        usable = effective_window(window.tokens, config.llm.max_output_tokens)
+        budget = section_budget(config, estimator.chars_per_token, usable)
+        budgeted = apply_budget(sections, budget)
+        parts, to_keep = self.parts(chat, pending, budgeted.sections)
         plan = RequestPlan(
             messages=parts.messages(),
-            tools=self.tools.schemas() if tools else None,
+            tools=self.tools.schemas() if tools and tools_enabled(config.llm, profile) else None,
             sections=budgeted.meta,
             estimator=estimator,
-            window=effective_window(config.llm),
+            window=usable,
             parts=_part_tokens(estimator, parts),
+            tools_in_prompt=profile.tools_in_prompt is not False,
+            context_to_keep=to_keep,
         )
         if protect_turns is None:
             if plan.share <= config.context.prune_threshold:
                 return plan
             protect_turns = config.context.protect_turns
         messages, stats = prune_request(plan.messages, protect_turns)
-        return RequestPlan(
-            messages, plan.tools, plan.sections, estimator, plan.window, plan.parts, stats
-        )
+        return replace(plan, messages=messages, prune=stats)

@@ -8,13 +8,15 @@ from typing import Any
 
 from core.api import Chat
 from core.db import Connection, transaction
+from core.model_profile import ModelProfile
 from core.store import CompactionRecord, NewMessage, Session, StoredMessage
 from core.tokens import Calibration, estimate_tokens
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _CHAT_COLUMNS = "id, channel, external_chat_id, title, kind"
 _MESSAGE_COLUMNS = (
-    "id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at, token_estimate"
+    "id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at, token_estimate,"
+    " context"
 )
 
 
@@ -33,6 +35,7 @@ def _message(row: tuple[Any, ...]) -> StoredMessage:
         tool_call_id=row[6],
         created_at=row[7],
         token_estimate=row[8],
+        context=row[9],
     )
 
 
@@ -133,6 +136,13 @@ class SqliteSessionStore:
             "SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = ?", (chat_id,)
         ).fetchone()
         return int(row[0])
+
+    def keep_context(self, message_id: int, context: str) -> None:
+        with transaction(self.conn):
+            self.conn.execute(
+                "UPDATE messages SET context = ? WHERE id = ? AND context IS NULL",
+                (context, message_id),
+            )
 
     # -- sessions and compactions ------------------------------------------------------
 
@@ -235,4 +245,19 @@ class SqliteSessionStore:
                 calibration.samples,
                 calibration.last_ratio,
             ),
+        )
+
+    # -- model profiles ------------------------------------------------------------------
+
+    def load_model_profile(self, model: str) -> ModelProfile | None:
+        row = self.conn.execute(
+            "SELECT facts FROM model_profiles WHERE model = ?", (model,)
+        ).fetchone()
+        return ModelProfile.from_facts(model, json.loads(row[0])) if row else None
+
+    def save_model_profile(self, profile: ModelProfile) -> None:
+        self.conn.execute(
+            "INSERT INTO model_profiles (model, facts) VALUES (?, ?) ON CONFLICT (model)"
+            f" DO UPDATE SET facts = excluded.facts, updated_at = {_NOW}",
+            (profile.model, json.dumps(profile.facts(), sort_keys=True)),
         )

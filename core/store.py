@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from core.api import Chat
+from core.model_profile import ModelProfile
 from core.tokens import Calibration
 
 __all__ = [
@@ -35,6 +36,9 @@ class StoredMessage:
     tool_call_id: str | None
     created_at: str
     token_estimate: int
+    # A user message's dynamic-context block as first sent (None: never sent; '': nothing
+    # new to show then). Not part of `to_openai()`: the request layout places it.
+    context: str | None = None
 
     def to_openai(self) -> dict[str, Any]:
         """This message as an OpenAI chat `messages` entry."""
@@ -124,6 +128,11 @@ class SessionStore(Protocol):
         """The id of the chat's newest message, 0 when it has none."""
         ...
 
+    def keep_context(self, message_id: int, context: str) -> None:
+        """Record the dynamic context a user message was first sent with (later calls for
+        the same message change nothing)."""
+        ...
+
     # -- sessions and compactions
     def session(self, chat_id: int) -> Session: ...
 
@@ -162,3 +171,9 @@ class SessionStore(Protocol):
     def load_calibration(self, model: str) -> Calibration | None: ...
 
     def save_calibration(self, calibration: Calibration) -> None: ...
+
+    def load_model_profile(self, model: str) -> ModelProfile | None:
+        """What was learned about `model` and its server, if anything."""
+        ...
+
+    def save_model_profile(self, profile: ModelProfile) -> None: ...

@@ -1,14 +1,16 @@
 """The compaction summary: prompt, transcript, fitting the request, judging the answer.
 
 The summary is structured (Goal, Constraints and preferences, Progress, Key decisions,
-Next steps, Critical context) and updated incrementally from the previous one. An
-answer that is empty, an error text or lacks the structure is never used.
+Next steps, Critical context) and updated incrementally from the previous one. Only an
+answer with the six headings in order, each followed by some text, is used; an empty,
+cut or error answer, or one that merely mentions the headings, never is.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +18,10 @@ from typing import Any
 from core.config import Config
 from core.errors import LLMError
 from core.llm import LLM, is_overflow_message
+from core.model_profile import effective_window, request_tokens_for
 from core.store import SessionStore, StoredMessage
 from core.text import clip_middle, strip_think
-from core.tokens import TokenEstimator, effective_window
+from core.tokens import TokenEstimator
 from core.usage import complete_recorded
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,9 @@ SUMMARY_PROMPT = (
 USAGE_KIND = "compaction"
 ENTRY_MAX_CHARS = 2_000
 MIN_SUMMARY_CHARS = 40
-MIN_HEADINGS = 3
+_HEADING_NAMES = {heading.lower(): heading for heading in HEADINGS}
+_HEADING_DECOR = re.compile(r"^\s*(?:#{1,6}\s*)?(?:\d+[.)]\s*)?|[*_:]+|\s*#*\s*$")
+_WORD = re.compile(r"\w")
 _ERROR_STARTS = ("error", "sorry", "i'm sorry", "i am sorry", "i cannot", "i can't", "as an ai")
 
 
@@ -97,35 +102,84 @@ def fit_summary_request(
     return messages, len(part)
 
 
-def usable_summary(text: str) -> str | None:
-    """The cleaned summary, or None for empty answers, error texts and unstructured junk."""
+def heading_of(line: str) -> str | None:
+    """The summary heading a line names (`## Goal`, `**Goal**`, `Goal:`), else None."""
+    name = _HEADING_DECOR.sub("", line).strip().lower()
+    return _HEADING_NAMES.get(name)
+
+
+def sections_of(text: str) -> list[tuple[str, str]] | None:
+    """(heading, body) in order of appearance; None when a known heading repeats."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        heading = heading_of(line)
+        if heading is not None:
+            if any(name == heading for name, _ in sections):
+                return None
+            sections.append((heading, []))
+        elif sections:
+            sections[-1][1].append(line)
+    return [(name, "\n".join(body)) for name, body in sections]
+
+
+def well_structured(text: str) -> bool:
+    """Whether `text` has the six headings, in order, each with some text under it
+    ("none" counts as text)."""
+    sections = sections_of(text)
+    if sections is None or tuple(name for name, _ in sections) != HEADINGS:
+        return False
+    return all(_WORD.search(body) for _, body in sections)
+
+
+def usable_summary(text: str, finish_reason: str = "") -> str | None:
+    """The cleaned summary, or None for cut answers, error texts and anything without the
+    six headings in order, each filled."""
     cleaned = strip_think(text)
     lowered = cleaned.lower()
-    if len(cleaned) < MIN_SUMMARY_CHARS or is_overflow_message(lowered):
+    if finish_reason == "length" or len(cleaned) < MIN_SUMMARY_CHARS:
         return None
-    if lowered.startswith(_ERROR_STARTS):
+    if is_overflow_message(lowered) or lowered.startswith(_ERROR_STARTS):
         return None
-    found = sum(heading.lower() in lowered for heading in HEADINGS)
-    return cleaned if found >= MIN_HEADINGS else None
+    if not well_structured(cleaned):
+        return None
+    lines = cleaned.splitlines()
+    first = next(index for index, line in enumerate(lines) if heading_of(line))
+    return "\n".join(lines[first:])  # without a preamble ("Here is the summary:")
+
+
+@dataclass(frozen=True)
+class SummaryBudget:
+    """What a summary request may use: prompt tokens and answer tokens."""
+
+    prompt_tokens: int
+    answer_tokens: int
+
+    @classmethod
+    def of(cls, window: int, config: Config) -> SummaryBudget:
+        max_output = config.llm.max_output_tokens
+        return cls(effective_window(window, max_output), request_tokens_for(window, max_output))
 
 
 async def summarise(
     llm: LLM,
     store: SessionStore,
-    config: Config,
     chat_id: int,
     previous: str | None,
     old: Sequence[StoredMessage],
     estimator: TokenEstimator,
+    budget: SummaryBudget,
 ) -> SummaryOutcome:
     """Ask the model for the updated summary of `old`; never raises an `LLMError`."""
-    messages, covered = fit_summary_request(previous, old, estimator, effective_window(config.llm))
+    messages, covered = fit_summary_request(previous, old, estimator, budget.prompt_tokens)
     try:
-        completion = await complete_recorded(llm, store, chat_id, USAGE_KIND, messages)
+        completion = await complete_recorded(
+            llm, store, chat_id, USAGE_KIND, messages, max_tokens=budget.answer_tokens
+        )
     except LLMError as exc:
         return SummaryOutcome(None, 1, covered, f"{type(exc).__name__}: {exc}")
-    summary = usable_summary(completion.content)
+    summary = usable_summary(completion.content, completion.finish_reason)
     if summary is None:
+        cut = " (cut at the output limit)" if completion.finish_reason == "length" else ""
         preview = json.dumps(completion.content[:120])
-        return SummaryOutcome(None, 1, covered, f"unusable summary: {preview}")
+        return SummaryOutcome(None, 1, covered, f"unusable summary{cut}: {preview}")
     return SummaryOutcome(summary, 1, covered)

@@ -1,4 +1,4 @@
-"""Token accounting: character-based estimates, known model windows, calibration arithmetic.
+"""Token accounting: character-based estimates and calibration arithmetic.
 
 The estimate is `chars / chars_per_token` plus fixed per-message and per-request
 overheads. Each response's `usage.prompt_tokens` moves the model's ratio towards the
@@ -10,71 +10,28 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from core.config import LLMConfig
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHARS_PER_TOKEN = 4.0  # the stored per-message estimate, before any calibration
 MESSAGE_OVERHEAD_TOKENS = 4  # role and separators the chat template adds per message
 REQUEST_OVERHEAD_TOKENS = 3  # the assistant turn header
-DEFAULT_WINDOW = 32_768
 CALIBRATION_RATE = 0.3  # weight of the newest observation
 MIN_RATIO, MAX_RATIO = 0.5, 12.0
 MIN_CALIBRATION_CHARS = 400  # tiny requests are dominated by overheads: skip them
-
-# Longest matching prefix of the model name wins (names are lower-cased, tags dropped).
-KNOWN_WINDOWS: dict[str, int] = {
-    "gpt-4.1": 1_047_576,
-    "gpt-4o": 128_000,
-    "gpt-4-turbo": 128_000,
-    "gpt-4": 8_192,
-    "gpt-3.5-turbo": 16_385,
-    "gpt-5": 400_000,
-    "o1": 200_000,
-    "o3": 200_000,
-    "o4-mini": 200_000,
-    "claude": 200_000,
-    "gemini": 1_048_576,
-    "llama3.1": 131_072,
-    "llama3.2": 131_072,
-    "llama3.3": 131_072,
-    "llama3": 8_192,
-    "qwen2.5": 32_768,
-    "qwen3": 40_960,
-    "mistral": 32_768,
-    "mixtral": 32_768,
-    "gemma2": 8_192,
-    "gemma3": 131_072,
-    "phi3": 4_096,
-    "phi4": 16_384,
-    "deepseek": 65_536,
-}
+# Chars per token of real tokenizers on prose, code and JSON (CJK text near the low end).
+PLAUSIBLE_RATIOS = (1.0, 6.0)
+# Counting the tools or not must change the observed ratio by this factor to tell which.
+MIN_TOOLS_SEPARATION = 1.25
 
 
 def estimate_tokens(text: str, chars_per_token: float = DEFAULT_CHARS_PER_TOKEN) -> int:
     """A character-based token estimate (stored with each message)."""
     return int(len(text) / chars_per_token) + 1
-
-
-def model_window(model: str) -> int:
-    """The context window of `model` from `KNOWN_WINDOWS`, else `DEFAULT_WINDOW`."""
-    name = model.lower().rsplit("/", 1)[-1].split(":", 1)[0]
-    matches = [prefix for prefix in KNOWN_WINDOWS if name.startswith(prefix)]
-    return KNOWN_WINDOWS[max(matches, key=len)] if matches else DEFAULT_WINDOW
-
-
-def context_window(llm: LLMConfig) -> int:
-    """`[llm] context_window` when set, else the known window of `[llm] model`."""
-    return llm.context_window or model_window(llm.model)
-
-
-def effective_window(llm: LLMConfig) -> int:
-    """Tokens a request may use: the window minus the room kept for the answer."""
-    return max(256, context_window(llm) - llm.max_output_tokens)
 
 
 def message_chars(message: dict[str, Any]) -> int:
@@ -156,3 +113,22 @@ def next_calibration(
     samples = (current.samples if current else 0) + 1
     logger.debug("calibrated %s: %.3f chars/token (observed %.3f)", model, ratio, observed)
     return Calibration(model, ratio, samples, observed)
+
+
+def tools_counted(with_tools: float, without_tools: float, reference: float) -> bool | None:
+    """Whether a prompt's token count included the tool schemas, from the ratio it implies
+    either way: True, False, or None when the tools are too small a share to tell.
+
+    Some servers silently leave the tools out of the prompt (llama.cpp's default chat
+    format); counting their characters anyway made 11.4 chars/token of a real 3.7-4.1.
+    The reading that is implausible for any tokenizer loses; else the one nearer the
+    model's usual ratio (`reference`) wins.
+    """
+    if with_tools < without_tools * MIN_TOOLS_SEPARATION:
+        return None
+    low, high = PLAUSIBLE_RATIOS
+    if with_tools > high >= without_tools:
+        return False
+    if without_tools < low <= with_tools:
+        return True
+    return abs(math.log(with_tools / reference)) < abs(math.log(without_tools / reference))

@@ -7,23 +7,41 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.api import Inbound, Outbound, TurnContext
-from core.calibration import calibrate
+from core.calibration import calibrate_request
 from core.chat_keys import is_control_chat
 from core.compaction import Compactor
 from core.config import Config
-from core.errors import ContextOverflow, LLMError, LLMTimeout, LLMUnavailable
+from core.errors import (
+    ContextOverflow,
+    LLMError,
+    LLMRejected,
+    LLMTimeout,
+    LLMUnavailable,
+    ModelMissing,
+    TemplateRejected,
+    ToolsUnsupported,
+)
 from core.extensions import Extensions
-from core.llm import LLM, Completion
+from core.llm import LLM, Completion, ToolCall
+from core.loop_guard import RepeatGuard
+from core.model_profile import learn, load_profile, request_tokens_for
 from core.request_plan import RequestPlan, RequestPlanner
 from core.store import NewMessage, SessionStore
 from core.text import clean_text
-from core.tokens import request_chars
 from core.tool_results import keep_tool_result
+from core.tool_text import strip_tool_text
 from core.usage import complete_recorded
 
 logger = logging.getLogger(__name__)
 
 USAGE_KIND = "turn"
+NO_ANSWER = "(no answer)"
+CUT_MARKER = "[reply cut: the model reached its output limit]"
+CONTINUE_REQUEST = {
+    "role": "user",
+    "content": "Your reply was cut off at the output limit. Continue exactly where it "
+    "stopped, without repeating anything.",
+}
 
 
 @dataclass
@@ -69,46 +87,115 @@ class Agent:
         return self._reply(inbound, text)
 
     async def run_model_turn(self, turn: TurnContext) -> str:
-        """The tool loop. The turn's assistant and tool messages are stored together at the end."""
+        """The tool loop. It ends when the model answers, repeats a call it made in this
+        turn, or reaches `max_tool_iterations`; the turn's assistant and tool messages
+        are stored together at the end."""
         pending: list[dict[str, Any]] = []
-        completion: Completion | None = None
-        tools = self.extensions.tools
+        guard = RepeatGuard()
+        answer: Completion | None = None
         for _ in range(self.config.agent.max_tool_iterations):
             completion = await self.call_model(turn, pending, tools=True)
             if not completion.tool_calls:
+                answer = completion
                 break
-            pending.append(
-                {
-                    "role": "assistant",
-                    "content": completion.content,
-                    "tool_calls": [call.to_openai() for call in completion.tool_calls],
-                }
-            )
-            for call in completion.tool_calls:
-                result = await tools.execute(call.name, call.arguments, turn)
-                result = keep_tool_result(self.config, turn.chat, call.id, call.name, result)
-                pending.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        else:
-            completion = await self.call_model(turn, pending, tools=False)
-        assert completion is not None
-        text = completion.content.strip() or "(no answer)"
+            fresh = guard.fresh(completion.tool_calls)
+            pending += await self.run_tools(turn, fresh)
+            if len(fresh) < len(completion.tool_calls):
+                logger.warning("model repeated a tool call in %s; asking without tools",
+                               turn.chat.key)  # fmt: skip
+                break
+        text = await self.final_reply(turn, pending, answer)
         pending.append({"role": "assistant", "content": text})
         self.store.append(turn.chat.id, [_to_new_message(entry) for entry in pending])
         return text
+
+    async def run_tools(self, turn: TurnContext, calls: list[ToolCall]) -> list[dict[str, Any]]:
+        """The assistant message carrying `calls` (content "", never null: llama-cpp-python
+        refuses null) and their results; nothing when `calls` is empty."""
+        if not calls:
+            return []
+        calling = [call.to_openai() for call in calls]
+        messages: list[dict[str, Any]] = [
+            {"role": "assistant", "content": "", "tool_calls": calling}
+        ]
+        for call in calls:
+            result = await self.extensions.tools.execute(call.name, call.arguments, turn)
+            result = keep_tool_result(self.config, turn.chat, call.id, call.name, result)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        return messages
+
+    async def final_reply(
+        self, turn: TurnContext, pending: list[dict[str, Any]], answer: Completion | None
+    ) -> str:
+        """The text the user reads and the history keeps. Without an `answer` yet, or when
+        it is empty or only tool calls written as text, the model is asked (once more)
+        without tools; a reply cut at the output limit is continued once."""
+        asked_with_tools = answer is not None
+        if answer is None:
+            answer = await self.call_model(turn, pending, tools=False)
+        text, written_calls = strip_tool_text(answer.content)
+        if not text and (asked_with_tools or written_calls):
+            logger.info("no usable text in the answer in %s (%d calls written as text);"
+                        " asking without tools", turn.chat.key, written_calls)  # fmt: skip
+            answer = await self.call_model(turn, pending, tools=False)
+            text, _ = strip_tool_text(answer.content)
+        if answer.finish_reason == "length":
+            text = await self.continue_cut(turn, pending, text)
+        return text or NO_ANSWER
+
+    async def continue_cut(
+        self, turn: TurnContext, pending: list[dict[str, Any]], part: str
+    ) -> str:
+        """`part`, cut at the output limit, joined with the model's continuation; marked
+        as cut when the continuation is cut too (or fails)."""
+        ask = [*pending, {"role": "assistant", "content": part}, dict(CONTINUE_REQUEST)]
+        try:
+            more = await self.call_model(turn, ask, tools=False)
+        except LLMError as exc:
+            logger.warning("continuing a cut reply failed in %s: %s", turn.chat.key, exc)
+            return mark_cut(part)
+        text = join_parts(part, strip_tool_text(more.content)[0])
+        return mark_cut(text) if more.finish_reason == "length" else text
 
     async def call_model(
         self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
     ) -> Completion:
         """One model call with the request built afresh (pruned, compacted when over the
-        threshold); a context-overflow error compacts and retries once."""
+        threshold). What the server's refusal teaches is remembered and the call retried
+        once per lesson: a stated window (compact, retry), a template that refuses a late
+        system message (context moves into the user message), no tool support."""
         plan = await self.prepare_request(turn, pending, tools=tools)
-        try:
-            return await self._complete(turn, plan)
-        except ContextOverflow as exc:
-            logger.warning("context overflow in %s (%s); compacting, retrying", turn.chat.key, exc)
-        await self.compactor.compact(turn, "overflow")
-        plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
-        return await self._complete(turn, plan)
+        lessons: set[type[LLMError]] = set()
+        while True:
+            try:
+                return await self._complete(turn, plan)
+            except (ContextOverflow, TemplateRejected, ToolsUnsupported) as exc:
+                if type(exc) in lessons or not self.learn_from(exc, plan.tools is not None):
+                    raise
+                lessons.add(type(exc))
+                logger.warning("model refused a request in %s (%s); retrying", turn.chat.key, exc)
+                overflow = isinstance(exc, ContextOverflow)
+            if overflow:
+                await self.compactor.compact(turn, "overflow", overhead(plan))
+                plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
+            else:
+                plan = await self.prepare_request(turn, pending, tools=tools)
+
+    def learn_from(self, exc: LLMError, sent_tools: bool) -> bool:
+        """Remember what a refusal says about the model; False when it teaches nothing new."""
+        model = self.llm.model
+        profile = load_profile(self.store, model)
+        if isinstance(exc, ContextOverflow):
+            if exc.limit and not self.config.llm.context_window and exc.limit != profile.window:
+                learn(self.store, model, window=exc.limit, window_source="overflow error")
+            return True
+        if isinstance(exc, TemplateRejected) and profile.late_system is not False:
+            learn(self.store, model, late_system=False)
+            return True
+        if isinstance(exc, ToolsUnsupported) and sent_tools and self.config.llm.tools == "auto":
+            learn(self.store, model, tools=False)
+            return True
+        return False
 
     async def prepare_request(
         self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
@@ -116,7 +203,7 @@ class Agent:
         """The next request: compacted first when its estimate passes the threshold."""
         plan = await self.plan(turn, pending, tools=tools)
         over = plan.share > self.config.context.compaction_threshold
-        if over and await self.compactor.compact(turn, "threshold") is not None:
+        if over and await self.compactor.compact(turn, "threshold", overhead(plan)) is not None:
             plan = await self.plan(turn, pending, tools=tools)
         if plan.tokens > plan.window:
             plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
@@ -137,16 +224,26 @@ class Agent:
         )
 
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
-        """Send a planned request; record usage and calibrate the token estimate."""
+        """Send a planned request; record usage and calibrate the token estimate. The
+        newest user message keeps the context block it was sent with (`core.context`)."""
+        window = self.planner.window().tokens
         completion = await complete_recorded(
-            self.llm, self.store, turn.chat.id, USAGE_KIND, plan.messages, plan.tools
+            self.llm,
+            self.store,
+            turn.chat.id,
+            USAGE_KIND,
+            plan.messages,
+            plan.tools,
+            max_tokens=request_tokens_for(window, self.config.llm.max_output_tokens),
         )
-        calibrate(
+        if plan.context_to_keep is not None:
+            self.store.keep_context(*plan.context_to_keep)
+        calibrate_request(
             self.store,
             self.config,
             self.llm.model,
-            request_chars(plan.messages, plan.tools),
-            len(plan.messages),
+            plan.messages,
+            plan.tools,
             completion.prompt_tokens,
         )
         return completion
@@ -155,6 +252,27 @@ class Agent:
         return Outbound(
             inbound.channel, inbound.chat_id, text, reply_to=inbound.message_id, is_error=is_error
         )
+
+
+def overhead(plan: RequestPlan) -> int:
+    """Estimated tokens of a request outside its summary and history: the prefix, the
+    dynamic context, the tools (when they reach the prompt), the request's own overhead."""
+    tools = plan.tools if plan.tools_in_prompt else None
+    return plan.parts["prefix"] + plan.parts["dynamic"] + plan.estimator.request([], tools)
+
+
+def join_parts(first: str, rest: str) -> str:
+    """A cut reply and its continuation as one text (a space between two words)."""
+    if not first or not rest:
+        return first or rest
+    if first[-1].isspace() or rest[0].isspace() or rest[0] in ".,;:!?)]}'\"":
+        return first + rest
+    return f"{first} {rest}"
+
+
+def mark_cut(text: str) -> str:
+    """`text` with the visible sign that it is incomplete."""
+    return f"{text}\n\n{CUT_MARKER}" if text else CUT_MARKER
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -167,10 +285,31 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 
 def user_facing_error(exc: LLMError) -> str:
+    """What the user reads when a turn fails (their message is stored before any call)."""
     if isinstance(exc, LLMTimeout):
         return "Sorry, the model took too long to answer. Your message is saved; please try again."
     if isinstance(exc, LLMUnavailable):
         return "Sorry, the model is unavailable right now. Your message is saved; please try again."
+    if isinstance(exc, ModelMissing):
+        return (
+            "Sorry, the model server does not serve the configured model (see `mnemo doctor`)."
+            " Your message is saved."
+        )
+    if isinstance(exc, ToolsUnsupported):
+        return (
+            'Sorry, this model does not support tools; set [llm] tools = "off" or "auto".'
+            " Your message is saved."
+        )
+    if isinstance(exc, ContextOverflow):
+        return (
+            "Sorry, this conversation no longer fits the model's context window, even after"
+            " compacting. Your message is saved; try /compact or /reset."
+        )
+    if isinstance(exc, LLMRejected):
+        return (
+            "Sorry, the model server refused the request (see `mnemo doctor` and the log)."
+            " Your message is saved."
+        )
     return "Sorry, I could not get a usable answer from the model. Your message is saved."
 
 

@@ -18,10 +18,14 @@ async def complete_recorded(
     tools: list[dict[str, Any]] | None = None,
     *,
     model: str | None = None,
+    max_tokens: int | None = None,
+    response_format: dict[str, Any] | None = None,
 ) -> Completion:
     """`llm.complete()`, recording the call in `llm_usage` as `kind` (turn, compaction, …)."""
     try:
-        completion = await llm.complete(messages, tools, model=model)
+        completion = await llm.complete(
+            messages, tools, model=model, max_tokens=max_tokens, response_format=response_format
+        )
     except LLMError:
         store.record_usage(chat_id, kind, model or llm.model, None, None, 0, ok=False)
         raise

@@ -1,4 +1,4 @@
-"""`mnemo memory list|search|add|forget|reindex`.
+"""`mnemo memory list|search|add|forget|prepare|reindex`.
 
 Imports are light at module level (click only) so `mnemo --help` stays fast; the model
 and the database are opened inside the commands.
@@ -153,6 +153,21 @@ def forget_command(chat: str | None, global_: bool, memory_id: int) -> None:
             raise click.ClickException(f"no memory #{memory_id} in that scope")
         keeper.store.delete(memory_id)
         click.echo(f"forgot #{memory_id} {memory.content}")
+
+
+@memory_group.command("prepare")
+def prepare_command() -> None:
+    """Export the embedding model to ONNX now (else the first start does it, once)."""
+    from core.cli import current_config
+    from memory.embeddings import load_embedder
+
+    memory = current_config().memory
+    embedder = load_embedder(memory.embedding_model, memory.query_precision)
+    if embedder is None:
+        raise click.ClickException("the embedding model could not be loaded (see above)")
+    precision = getattr(embedder, "query_precision", "float32")
+    click.echo(f"embedding model ready: {embedder.model_name} ({embedder.dim} dims, "
+               f"{precision} queries, {type(embedder).__name__})")  # fmt: skip
 
 
 @memory_group.command("reindex")

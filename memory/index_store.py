@@ -321,6 +321,29 @@ def ranking_rows(
     return found
 
 
+def vector_rows(
+    conn: Connection, chat_id: int | None, memory_ids: Sequence[int] | None = None
+) -> list[tuple[int, bytes]]:
+    """(id, float32 vector) of the chat's and global active memories that have a vector (or
+    those of them among `memory_ids`)."""
+    sql = (
+        f"SELECT m.id, v.embedding FROM memories m JOIN {FLOAT_TABLE} v ON v.memory_id = m.id"
+        " WHERE (m.chat_id IS ? OR m.chat_id IS NULL) AND m.archived = 0"
+        f" AND (m.expires_at IS NULL OR m.expires_at > {NOW_SQL})"
+    )
+    if not vector_table_exists(conn):
+        return []
+    if memory_ids is None:
+        return [(int(r[0]), bytes(r[1])) for r in conn.execute(sql + " ORDER BY m.id", (chat_id,))]
+    found: list[tuple[int, bytes]] = []
+    for start in range(0, len(memory_ids), 900):
+        batch = tuple(memory_ids[start : start + 900])
+        marks = ", ".join("?" * len(batch))
+        rows = conn.execute(f"{sql} AND m.id IN ({marks}) ORDER BY m.id", (chat_id, *batch))
+        found += [(int(r[0]), bytes(r[1])) for r in rows]
+    return found
+
+
 def _texts(rows: Iterable[Any]) -> list[tuple[int, str, str]]:
     return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
 

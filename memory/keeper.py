@@ -18,12 +18,33 @@ from core.errors import ToolError
 from memory.embeddings import Embedder, load_embedder
 from memory.explicit import DUPLICATE_JACCARD, EXPLICIT_CONFIDENCE, guess_category
 from memory.files import FileMemory
+from memory.quality import check_fact
 from memory.retrieval import RankedMemory, effective_mode, rank_memories
 from memory.store import Memory, MemoryStore
 
 logger = logging.getLogger(__name__)
 
 EmbedderFactory = Callable[[], Embedder | None]
+
+# What to do about each refusal of the quality gate (by the start of its reason).
+REFUSAL_HINTS = {
+    "too short": "say a little more",
+    "too long": "keep one fact under 240 characters",
+    "instruction": "state it as a fact about the user (e.g. 'prefers short answers')",
+    "contains a secret": "passwords, keys, tokens and card numbers are never stored",
+    "hedged": "state it without 'maybe' or 'I think'",
+    "small talk": "greetings and thanks are not remembered",
+}
+
+
+class FactRefused(ToolError):
+    """The quality gate refused a fact: `why` says why and what to do instead."""
+
+    def __init__(self, reason: str) -> None:
+        starts = REFUSAL_HINTS.items()
+        hint = next((text for start, text in starts if reason.startswith(start)), "")
+        self.why = f"{reason}; {hint}" if hint else reason
+        super().__init__(f"not saved: {self.why}")
 
 
 @dataclass(frozen=True)
@@ -103,8 +124,18 @@ class MemoryKeeper:
             raise ToolError(f"memory #{memory_id} is global; only a control chat may change it")
         raise ToolError(f"no memory #{memory_id} in this chat")
 
+    def checked(self, fact: str) -> str:
+        """`fact` as the quality gate (the reflector's) normalises it; `FactRefused` when
+        the gate refuses it."""
+        verdict = check_fact(fact)
+        if not verdict.accepted:
+            raise FactRefused(verdict.reason)
+        return verdict.content
+
     def remember(self, chat_id: int, fact: str) -> tuple[int, bool]:
-        """Store an explicit fact, updating a near-duplicate; return (id, was_update)."""
+        """Store an explicit fact that passes the gate, updating a near-duplicate; return
+        (id, was_update). A refused fact raises `FactRefused` and nothing is stored."""
+        fact = self.checked(fact)
         existing = self.store.find_near_duplicate(
             chat_id, fact, min_jaccard=DUPLICATE_JACCARD, method="jaccard"
         )

@@ -1,78 +1,37 @@
-"""Each connection's keyword lists per chat, kept current from the memory change log.
-
-The first query of a chat builds its `PostingLists` from the store; later queries read the
-log (triggers of migration m0006, whichever process or connection wrote it) from where the
-lists were last brought up to date and re-read only the memories that changed. So a query
-after a change costs a small recent-segment rebuild, not a new index. `bm25_ids` and
-`jaccard_ids` are what `rank_memories` calls.
+"""Each chat's keyword posting lists, kept current from the memory change log
+(`memory.chat_cache`): a query after a change costs a small recent-segment rebuild, not a
+new index. `bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
-
+from memory.chat_cache import Derivation, current
 from memory.posting_lists import PostingLists, query_terms
-from memory.store import Marks, MemoryStore
+from memory.store import MemoryStore
 
 CACHE_MEMORIES = 200_000  # memories kept in posting lists per connection, across chats
 
 
-class _Cache:
-    """Per-connection LRU of chats' lists, bounded by the memories they hold in total."""
-
-    def __init__(self) -> None:
-        self.entries: OrderedDict[int | None, tuple[Marks, PostingLists]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, chat_id: int | None) -> tuple[Marks, PostingLists] | None:
-        with self.lock:
-            entry = self.entries.get(chat_id)
-            if entry is not None:
-                self.entries.move_to_end(chat_id)
-            return entry
-
-    def put(self, chat_id: int | None, marks: Marks, lists: PostingLists) -> None:
-        with self.lock:
-            self.entries[chat_id] = (marks, lists)
-            self.entries.move_to_end(chat_id)
-            held = sum(len(item) for _, item in self.entries.values())
-            while held > CACHE_MEMORIES and len(self.entries) > 1:
-                _, (_, dropped) = self.entries.popitem(last=False)
-                held -= len(dropped)
+def _build(store: MemoryStore, chat_id: int | None, previous: PostingLists | None) -> PostingLists:
+    return PostingLists.build(store.ranking_rows(chat_id), previous)
 
 
-_caches: weakref.WeakKeyDictionary[object, _Cache] = weakref.WeakKeyDictionary()
-_caches_lock = threading.Lock()
+def _apply(
+    store: MemoryStore, chat_id: int | None, previous: PostingLists, ids: list[int]
+) -> PostingLists:
+    rows = store.ranking_rows(chat_id, ids)
+    kept = {row[0] for row in rows}
+    return previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
+
+
+KEYWORD_LISTS: Derivation[PostingLists] = Derivation(
+    "keyword lists", _build, _apply, lambda: CACHE_MEMORIES
+)
 
 
 def keyword_lists(store: MemoryStore, chat_id: int | None) -> PostingLists:
-    """The chat's posting lists, brought up to date with the change log.
-
-    Log positions are read before the rows they cover, so a change that lands in between is
-    applied again next time (applying a change is idempotent), never missed. Inside an open
-    transaction the result is not kept: it may hold writes that are rolled back later.
-    """
-    with _caches_lock:
-        cache = _caches.setdefault(store.cache_key, _Cache())
-    entry = cache.get(chat_id)
-    changes = store.changes_since(chat_id, entry[0]) if entry is not None else None
-    if entry is not None and changes is None:
-        return entry[1]
-    previous = entry[1] if entry is not None else None
-    if previous is None or changes is None or changes.pruned_through:
-        end = store.change_log_end()
-        marks, lists = Marks(end, end), PostingLists.build(store.ranking_rows(chat_id), previous)
-    else:
-        ids = sorted(changes.memory_ids)
-        rows = store.ranking_rows(chat_id, ids)
-        kept = {row[0] for row in rows}
-        marks = changes.marks
-        lists = previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
-    if not store.in_transaction():
-        cache.put(chat_id, marks, lists)
-    return lists
+    """The chat's posting lists (its own and global memories), up to date."""
+    return current(store, chat_id, KEYWORD_LISTS)
 
 
 def bm25_ids(

@@ -1,136 +1,103 @@
-"""ONNX Runtime encoding of a sentence-transformers model: export once, cache, run fast.
+"""ONNX Runtime encoding of an exported sentence-transformers model, without torch.
 
 Documents get the same vectors as sentence-transformers: the exported graph is the model's
-transformer; mean pooling and L2 normalisation run here in numpy, exactly as the
-sentence-transformers pipeline `Transformer -> Pooling(mean) -> Normalize` does. Models with
-any other pipeline are not converted (`OnnxUnsupported`), and the caller keeps torch.
-Queries run by default on a fused int8 model of the same weights (`memory.onnx_query`), and
-a single query is tokenised without the transformers wrapper (same ids, ~0.35 ms less).
+transformer; mean pooling and L2 normalisation run here in numpy, exactly as the pipeline
+`Transformer -> Pooling(mean) -> Normalize` does, and texts are tokenised with the model's
+own `tokenizer.json` (the `tokenizers` package, the same ids as the transformers wrapper).
+Queries run by default on a fused int8 model of the same weights. Only onnxruntime, numpy
+and tokenizers are imported here; `memory.onnx_export` makes the files (with torch), once.
 
-The exported graph is cached under `$MNEMO_CACHE_DIR/onnx` (default `~/.cache/mnemo/onnx`),
-named by a hash of the model location, name and weight files, with the int8 query model
-beside it; both are written to a temporary file and renamed into place, so concurrent
-processes never see a partial file.
+The exported files live under `$MNEMO_CACHE_DIR/onnx/<content key>/` (default
+`~/.cache/mnemo/onnx`): `model.onnx`, the int8 query model beside it, or a note saying why
+there is none (then queries use the float model, and no later start tries again).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
+import json
 import logging
 import os
-import tempfile
-import warnings
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.errors import EmbeddingUnavailable
+from memory.model_files import ModelFiles, cache_root
 
 logger = logging.getLogger(__name__)
 
 BATCH_SIZE = 64
 QUERY_CACHE_SIZE = 512
-OPSET = 17
+QUERY_PRECISIONS = ("int8", "float32")
+FLOAT_MODEL = "model.onnx"
+QUERY_MODEL = "query-v2.int8.onnx"
+QUERY_FAILED = "query-int8.failed"
+MANIFEST = "manifest.json"
+QUERY_THREADS = 1
+"""Threads of the query session. One: a query is a handful of tokens, and on a shared 2-core
+host a second thread mostly waits for the other (earlier measurement, with FTS5 running
+beside it: p50 14.3 ms with two threads against 10.0 ms with one)."""
+
+QUERY_SESSION_DISABLED = ("SkipLayerNormFusion",)
+"""ONNX Runtime fusions kept off in the int8 query session: its SkipLayerNormalization kernel
+took 46 us a call where LayerNormalization + Add took 18 us (onnxruntime 1.32, one thread)."""
 
 
-class OnnxUnsupported(EmbeddingUnavailable):
-    """The model's pipeline is not one this module reproduces exactly."""
+@dataclass(frozen=True)
+class ExportedModel:
+    """Where a model's exported files are (or will be made) in the cache."""
+
+    files: ModelFiles
+    folder: Path
+
+    @property
+    def float_path(self) -> Path:
+        return self.folder / FLOAT_MODEL
+
+    @property
+    def query_path(self) -> Path:
+        return self.folder / QUERY_MODEL
+
+    @property
+    def query_failed_path(self) -> Path:
+        return self.folder / QUERY_FAILED
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / MANIFEST
+
+    def record(self, path: Path) -> None:
+        """Note a file made whole in the manifest (its size: a cheap check at every start)."""
+        sizes = self.recorded()
+        sizes[path.name] = path.stat().st_size
+        temporary = self.folder / f".{MANIFEST}.{os.getpid()}.tmp"
+        temporary.write_text(json.dumps({"model": self.files.name, "sizes": sizes}), "utf-8")
+        os.replace(temporary, self.manifest_path)
+
+    def recorded(self) -> dict[str, int]:
+        try:
+            found = json.loads(self.manifest_path.read_text(encoding="utf-8"))["sizes"]
+            return {str(name): int(size) for name, size in found.items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def intact(self, path: Path) -> bool:
+        """Whether `path` is whole: recorded in the manifest, with that size."""
+        size = self.recorded().get(path.name)
+        return size is not None and path.is_file() and path.stat().st_size == size
+
+    def ready(self, precision: str) -> bool:
+        """Whether nothing needs making (torch) before queries in `precision` can run."""
+        if not self.intact(self.float_path):
+            return False
+        settled = self.intact(self.query_path) or self.query_failed_path.is_file()
+        return precision == "float32" or settled
 
 
-def cache_dir() -> Path:
-    """Where exported models live: `$MNEMO_CACHE_DIR/onnx` or `~/.cache/mnemo/onnx`."""
-    root = os.environ.get("MNEMO_CACHE_DIR")
-    if root:
-        return Path(root) / "onnx"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "mnemo" / "onnx"
-
-
-def cache_path(location: str, model_name: str) -> Path:
-    """The cache file of a model: a hash of where it is, its name and its files' stamps."""
-    digest = hashlib.sha256(f"{location}\0{model_name}\0opset{OPSET}".encode())
-    folder = Path(location)
-    if folder.is_dir():
-        for item in sorted(folder.iterdir()):
-            if item.is_file():
-                stat = item.stat()
-                digest.update(f"\0{item.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return cache_dir() / f"{digest.hexdigest()[:24]}.onnx"
-
-
-def check_pipeline(st_model: Any) -> Any:
-    """The model's transformer module, if the pipeline is transformer + mean pooling."""
-    modules = list(st_model)
-    kinds = [type(module).__name__ for module in modules]
-    if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
-        raise OnnxUnsupported(f"pipeline {kinds} is not Transformer, Pooling(mean), Normalize")
-    if getattr(modules[1], "pooling_mode", None) != "mean":
-        raise OnnxUnsupported("pooling is not mean pooling")
-    return modules[0].auto_model
-
-
-def export(st_model: Any, path: Path, attention: str = "") -> None:
-    """Export the model's transformer to `path` (atomically: temp file, then rename).
-
-    `attention` ("eager", ...) traces with that attention implementation instead of the
-    model's own, which is restored afterwards.
-    """
-    bert = check_pipeline(st_model)
-    previous = getattr(bert.config, "_attn_implementation", None)
-    switch = bool(attention) and previous is not None and attention != previous
-    if switch:
-        _set_attention(bert, attention)
-    try:
-        _export_graph(bert, path)
-    finally:
-        if switch:
-            _set_attention(bert, str(previous))
-
-
-def _set_attention(bert: Any, implementation: str) -> None:
-    if hasattr(bert, "set_attn_implementation"):
-        bert.set_attn_implementation(implementation)
-    else:  # older transformers
-        bert.config._attn_implementation = implementation
-
-
-def _export_graph(bert: Any, path: Path) -> None:
-    import torch
-
-    names = ["input_ids", "attention_mask", "token_type_ids"]
-
-    class _Wrapper(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.bert(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-
-    sample = torch.ones((1, 8), dtype=torch.long)
-    axes = {name: {0: "b", 1: "s"} for name in [*names, "last_hidden_state"]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=path.stem, suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer notes about shapes fixed at export
-            torch.onnx.export(
-                _Wrapper().eval(),
-                (sample, sample, torch.zeros_like(sample)),
-                temporary,
-                input_names=names,
-                output_names=["last_hidden_state"],
-                dynamic_axes=axes,
-                opset_version=OPSET,
-                dynamo=False,
-            )
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+def exported_model(files: ModelFiles) -> ExportedModel:
+    return ExportedModel(files, cache_root() / "onnx" / files.content_key())
 
 
 def session_for(path: Path, threads: int, disabled_optimizers: tuple[str, ...] = ()) -> Any:
@@ -162,9 +129,6 @@ def default_threads() -> int:
     return wanted if wanted > 0 else max(1, min(2, os.cpu_count() or 1))
 
 
-QUERY_PRECISIONS = ("int8", "float32")
-
-
 def mean_pool(hidden: Any, mask: Any) -> Any:
     """Mean of the unmasked token vectors, scaled to unit length (float32 rows)."""
     import numpy as np
@@ -175,59 +139,81 @@ def mean_pool(hidden: Any, mask: Any) -> Any:
     return (pooled / norms).astype(np.float32)
 
 
-def single_text_tokenizer(tokenizer: Any, max_length: int) -> Any | None:
-    """A private copy of a fast tokenizer's backend that truncates and never pads, for queries.
-
-    Same ids as calling the tokenizer, without its ~0.35 ms of per-call wrapping; a copy
-    because the wrapper reconfigures its backend on every call. None for slow tokenizers.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return None
+def model_tokenizer(files: ModelFiles, *, padding: bool) -> Any:
+    """The model's `tokenizer.json`, truncating at its sequence limit as sentence-transformers
+    does, and padding a batch to its longest text when asked."""
     from tokenizers import Tokenizer
 
-    single = Tokenizer.from_str(backend.to_str())
-    single.no_padding()
-    single.enable_truncation(max_length, direction=getattr(tokenizer, "truncation_side", "right"))
-    return single
+    tokenizer = Tokenizer.from_file(str(files.tokenizer_path))
+    tokenizer.enable_truncation(files.max_length)
+    if padding:
+        pad_id = tokenizer.token_to_id(files.pad_token) or 0
+        tokenizer.enable_padding(pad_id=pad_id, pad_token=files.pad_token)
+    else:
+        tokenizer.no_padding()
+    return tokenizer
+
+
+def encode_batch(session: Any, tokenizer: Any, texts: list[str]) -> list[list[float]]:
+    """Mean-pooled, unit-length vectors of one batch of texts."""
+    import numpy as np
+
+    if not texts:
+        return []
+    encodings = tokenizer.encode_batch(texts)
+    columns = {
+        "input_ids": [e.ids for e in encodings],
+        "attention_mask": [e.attention_mask for e in encodings],
+        "token_type_ids": [e.type_ids for e in encodings],
+    }
+    names = {item.name for item in session.get_inputs()}
+    feeds = {k: np.asarray(v, np.int64) for k, v in columns.items() if k in names}
+    hidden = session.run(["last_hidden_state"], feeds)[0]  # run() is thread-safe
+    mask = np.asarray(columns["attention_mask"], np.int64)
+    result: list[list[float]] = mean_pool(hidden, mask).tolist()
+    return result
 
 
 class OnnxEmbedder:
-    """The `Embedder` protocol over two ONNX Runtime sessions (thread-safe).
+    """The `Embedder` protocol over ONNX Runtime sessions (thread-safe).
 
-    Documents are encoded by the float model with `default_threads()`: the same vectors as
-    sentence-transformers. Queries run on a one-thread session, of the fused int8 model by
-    default (`query_precision`).
+    Queries run on a one-thread session, of the fused int8 model by default. Documents are
+    encoded by the float model with `default_threads()`, the same vectors as
+    sentence-transformers; that session opens at the first document (a process that only
+    answers queries never holds it).
     """
 
-    def __init__(
-        self,
-        document_session: Any,
-        query_session: Any,
-        tokenizer: Any,
-        max_length: int,
-        dim: int,
-        model_name: str,
-        query_precision: str = "float32",
-    ) -> None:
-        self._document_session = document_session
-        self._query_session = query_session
-        self._tokenizer = tokenizer
-        self._max_length = max_length
-        self._inputs = {item.name for item in document_session.get_inputs()}
-        self._single = single_text_tokenizer(tokenizer, max_length)
-        # What `encode` feeds: the tokenizer's outputs that the graph takes.
-        self._single_inputs = self._inputs & set(getattr(tokenizer, "model_input_names", ()))
-        self.query_precision = query_precision
-        self.model_name = model_name
-        self.dim = dim
+    def __init__(self, exported: ExportedModel, query_precision: str = "int8") -> None:
+        files = exported.files
+        self.model_name = files.name
+        self.dim = files.dim
+        self._exported = exported
+        self._batch_tokenizer = model_tokenizer(files, padding=True)
+        self._single_tokenizer = model_tokenizer(files, padding=False)
+        self._documents: Any | None = None
+        self._documents_lock = threading.Lock()
+        self.query_precision, self._query_session = self._open_query_session(query_precision)
+
+    def _open_query_session(self, precision: str) -> tuple[str, Any]:
+        path = self._exported.query_path
+        if precision == "int8" and self._exported.intact(path):
+            return "int8", session_for(path, QUERY_THREADS, QUERY_SESSION_DISABLED)
+        return "float32", session_for(self._exported.float_path, QUERY_THREADS)
+
+    def document_session(self) -> Any:
+        """The float model's batch session, opened on first use."""
+        with self._documents_lock:
+            if self._documents is None:
+                self._documents = session_for(self._exported.float_path, default_threads())
+            return self._documents
 
     def embed(self, texts: list[str]) -> list[list[float]]:
+        session = self.document_session()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # less padding
         vectors: list[list[float]] = [[] for _ in texts]
         for start in range(0, len(order), BATCH_SIZE):
             chunk = order[start : start + BATCH_SIZE]
-            encoded = self.encode(self._document_session, [texts[i] for i in chunk])
+            encoded = encode_batch(session, self._batch_tokenizer, [texts[i] for i in chunk])
             for position, row in zip(chunk, encoded, strict=True):
                 vectors[position] = row
         return vectors
@@ -238,40 +224,19 @@ class OnnxEmbedder:
     @functools.lru_cache(maxsize=QUERY_CACHE_SIZE)  # noqa: B019 - one embedder per process
     def _query_vector(self, text: str) -> tuple[float, ...]:
         """Cached: the tool loop ranks the same query on every model call of a turn."""
-        return tuple(self.encode_one(self._query_session, text))
+        return tuple(encode_batch(self._query_session, self._single_tokenizer, [text])[0])
 
-    def encode_one(self, session: Any, text: str) -> list[float]:
-        """The vector of one text: the same as `encode`, without the tokenizer's wrapper."""
-        import numpy as np
 
-        if self._single is None:
-            return self.encode(session, [text])[0]
-        encoding = self._single.encode(text)
-        columns = {
-            "input_ids": encoding.ids,
-            "attention_mask": encoding.attention_mask,
-            "token_type_ids": encoding.type_ids,
-        }
-        feeds = {k: np.array([v], np.int64) for k, v in columns.items() if k in self._single_inputs}
-        hidden = session.run(["last_hidden_state"], feeds)[0]
-        mask = np.array([encoding.attention_mask], np.int64)
-        result: list[float] = mean_pool(hidden, mask)[0].tolist()
-        return result
-
-    def encode(self, session: Any, texts: list[str]) -> list[list[float]]:
-        """Mean-pooled, unit-length vectors of one batch."""
-        import numpy as np
-
-        if not texts:
-            return []
-        encoded = self._tokenizer(
-            texts,
-            padding=True,
-            truncation=True,
-            max_length=self._max_length,
-            return_tensors="np",
-        )
-        feeds = {k: np.asarray(v, dtype=np.int64) for k, v in encoded.items() if k in self._inputs}
-        hidden = session.run(["last_hidden_state"], feeds)[0]  # run() is thread-safe
-        result: list[list[float]] = mean_pool(hidden, feeds["attention_mask"]).tolist()
-        return result
+def open_embedder(exported: ExportedModel, query_precision: str) -> OnnxEmbedder:
+    """The embedder of cached files; `EmbeddingUnavailable` when they are missing, cut short
+    or unusable (the caller makes them again)."""
+    if query_precision not in QUERY_PRECISIONS:
+        raise ValueError(f"query precision must be one of {', '.join(QUERY_PRECISIONS)}")
+    if not exported.ready(query_precision):
+        raise EmbeddingUnavailable(f"no complete ONNX export in {exported.folder}")
+    try:
+        return OnnxEmbedder(exported, query_precision)
+    except EmbeddingUnavailable:
+        raise
+    except Exception as exc:
+        raise EmbeddingUnavailable(f"cached ONNX model unusable ({exc})") from exc

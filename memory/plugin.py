@@ -13,16 +13,14 @@ if TYPE_CHECKING:
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.bench.prefix import prefix_command
     from core.cli import bench_group
-    from memory.bench.cli import bench_locomo, bench_memory, bench_memory_store
+    from memory.bench.cli import bench_locomo, bench_memory
     from memory.cli import memory_group
 
     cli.add_command(memory_group)
     bench = bench_group(cli)
     bench.add_command(bench_locomo)
     bench.add_command(bench_memory)
-    bench.add_command(prefix_command(bench_memory_store))
 
 
 def extension(host: Host) -> Extension:

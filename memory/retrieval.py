@@ -5,8 +5,9 @@ candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailab
 sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
-cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). BM25 scores
-and Jaccard overlaps come from the chat's in-memory posting lists (`memory.keyword_cache`);
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). Similarities
+are exact, from the chat's vectors held in memory (`memory.vector_cache`); BM25 scores
+and Jaccard overlaps from the chat's in-memory posting lists (`memory.keyword_cache`);
 BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
 its content.
 """
@@ -21,6 +22,7 @@ from core.clock import now_iso
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
 from memory.store import Memory, MemoryStore
+from memory.vector_cache import chat_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +82,9 @@ def score_fusion(
 def knn_ids(
     store: MemoryStore, chat_id: int | None, vector: list[float], depth: int
 ) -> list[tuple[int, float]]:
-    """(id, similarity) by cosine KNN restricted to the chat's and global memories."""
-    return [(mid, 1.0 - d) for mid, d in store.nearest(chat_id, vector, depth)]
+    """(id, similarity) by exact cosine KNN over the chat's and global memories."""
+    nearest, _ = chat_vectors(store, chat_id).search(vector, depth)
+    return nearest
 
 
 def _hybrid(
@@ -89,13 +92,11 @@ def _hybrid(
 ) -> list[tuple[int, float]]:
     keyword = dict(bm25_ids(store, chat_id, query, depth))
     vector = embedder.embed_query(query)
-    # One exact scoring pass over the approximate KNN candidates and the keyword hits: the
-    # semantic side is the `depth` most similar candidates plus every keyword hit.
-    found = store.vector_candidates(chat_id, vector, depth)
-    sims = store.similarities(vector, list(dict.fromkeys([*found, *keyword])))
-    nearest = sorted((sims[mid], mid) for mid in found if mid in sims)[-depth:]
-    semantic = {mid: sim for sim, mid in nearest}
-    semantic.update((mid, sims[mid]) for mid in keyword if mid in sims)
+    # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
+    # similar memories plus every keyword hit.
+    nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
+    semantic = dict(nearest)
+    semantic.update(hits)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
     return sorted(fused.items(), key=lambda item: -item[1])
 

@@ -24,8 +24,8 @@ from memory.store import (
     Memories,
     Memory,
     RankingRows,
-    Scored,
     Vector,
+    VectorRows,
     check_confidence,
     clean_category,
     clean_content,
@@ -313,19 +313,17 @@ class SqliteMemoryStore:
 
     # -- what ranking reads ------------------------------------------------------------
 
-    def nearest(self, chat_id: int | None, vector: Sequence[float], k: int) -> Scored:
-        return index.nearest(self.conn, index.scopes(chat_id), vector, k)
-
-    def vector_candidates(self, chat_id: int | None, vector: Sequence[float], k: int) -> Ids:
-        return index.candidates(self.conn, index.scopes(chat_id), vector, index.rescore_count(k))
-
-    def similarities(self, vector: Sequence[float], memory_ids: Sequence[int]) -> dict[int, float]:
-        return index.similarities(self.conn, vector, memory_ids)
-
     def ranking_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> RankingRows:
         return index.ranking_rows(self.conn, chat_id, memory_ids)
+
+    def vector_rows(
+        self, chat_id: int | None, memory_ids: Sequence[int] | None = None
+    ) -> VectorRows:
+        if self.vectors_unavailable() is not None:
+            return []
+        return index.vector_rows(self.conn, chat_id, memory_ids)
 
     @property
     def cache_key(self) -> object:

@@ -28,6 +28,7 @@ Memories = list["Memory"]
 Ids = list[int]
 Scored = list[tuple[int, float]]
 RankingRows = list[tuple[int, str, str]]
+VectorRows = list[tuple[int, bytes]]
 
 
 @dataclass(frozen=True)
@@ -192,23 +193,17 @@ class MemoryStore(Protocol):
     ) -> Memory | None: ...
 
     # -- what ranking reads
-    def nearest(self, chat_id: int | None, vector: Sequence[float], k: int) -> Scored:
-        """(id, cosine distance) of the `k` nearest vectors of the chat and global scope."""
-        ...
-
-    def vector_candidates(self, chat_id: int | None, vector: Sequence[float], k: int) -> Ids:
-        """Ids of the approximately nearest vectors, enough to find the `k` nearest after
-        re-scoring them exactly with `similarities`."""
-        ...
-
-    def similarities(self, vector: Sequence[float], memory_ids: Sequence[int]) -> dict[int, float]:
-        """Exact cosine similarity of `vector` to each listed memory that has a vector."""
-        ...
-
     def ranking_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> RankingRows:
         """(id, content, context) of the chat's and global active memories (or those listed)."""
+        ...
+
+    def vector_rows(
+        self, chat_id: int | None, memory_ids: Sequence[int] | None = None
+    ) -> VectorRows:
+        """(id, float32 bytes) of the chat's and global active memories that have a vector of
+        the current model (or those of them listed)."""
         ...
 
     @property

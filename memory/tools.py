@@ -79,7 +79,7 @@ class MemoryTools:
         )
 
     async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        content = text_arg(args, "content")
+        content = self.keeper.checked(text_arg(args, "content"))
         category = text_arg(args, "category", required=False) or "KNOWLEDGE"
         try:
             memory_id = self.keeper.store.add(turn.chat.id, content, category, source="tool")
@@ -89,8 +89,9 @@ class MemoryTools:
 
     async def update(self, turn: TurnContext, args: dict[str, Any]) -> str:
         memory = self.keeper.owned(access_of(turn), int_arg(args, "id"))
+        content = self.keeper.checked(text_arg(args, "content"))
         try:
-            self.keeper.store.update(memory.id, text_arg(args, "content"))
+            self.keeper.store.update(memory.id, content)
         except InputError as exc:
             raise ToolError(str(exc)) from exc
         return f"updated memory #{memory.id}"

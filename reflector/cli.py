@@ -41,11 +41,18 @@ def open_reflector(config: Config) -> Iterator[Reflector]:
 
 @click.command("reflect")
 @click.option("--once", is_flag=True, help="Run one pass now and print what it did.")
+@click.option("--runs", "list_runs", is_flag=True, help="List the newest runs instead.")
 @click.option("--chat", "chat", default=None, help="Only this chat (id or channel:chat_id).")
-def reflect(once: bool, chat: str | None) -> None:
-    """Distil facts from unseen messages into memories (one pass)."""
+def reflect(once: bool, list_runs: bool, chat: str | None) -> None:
+    """Distil facts from unseen messages into memories (one pass), or list past runs."""
+    if list_runs:
+        _print_runs(chat)
+        return
     if not once:
-        raise click.UsageError("use --once for one pass, or `mnemo reflector` to run on a schedule")
+        raise click.UsageError(
+            "use --once for one pass, --runs to list past runs,"
+            " or `mnemo reflector` to run on a schedule"
+        )
     with open_reflector(current_config()) as reflector:
         chat_ids = [chat_param(reflector.store, chat).id] if chat else None
         report = asyncio.run(reflector.run_pass(chat_ids))
@@ -53,6 +60,17 @@ def reflect(once: bool, chat: str | None) -> None:
         click.echo(line)
     if not report.ok:
         sys.exit(1)
+
+
+def _print_runs(chat: str | None, limit: int = 20) -> None:
+    """The newest runs, newest first; skipped batches marked as warnings."""
+    with open_reflector(current_config()) as reflector:
+        chat_id = chat_param(reflector.store, chat).id if chat else None
+        rows = reflector.runs.recent(chat_id, limit)
+    for row in rows:
+        click.echo(f"WARNING: {row.summary()}" if row.status == "skipped" else row.summary())
+    if not rows:
+        click.echo("no reflector run yet")
 
 
 @click.command("reflector")

@@ -21,6 +21,11 @@ class PassContributor(Protocol):
         """The chat's current items, shown to the model."""
         ...
 
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of the reply's value under `key` (for structured output), in
+        the strict form: every property required, nullable where optional."""
+        ...
+
     def apply(self, chat_id: int, value: Any, run_id: int) -> str:
         """Apply the reply's `value` (None when absent); return a short summary.
 

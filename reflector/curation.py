@@ -18,10 +18,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from memory.quality import check_fact
 from memory.strategies.lifecycle import ARCHIVED
 from memory.strategies.store import Strategy, StrategyStore
 from memory.terms import jaccard
-from reflector.quality import check_fact
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,29 @@ class _Remove(BaseModel):
 Operation = Annotated[_Add | _Update | _Tag | _Remove, Field(discriminator="op")]
 _OPERATION = TypeAdapter(Operation)
 
+# One flat object per operation for structured output (strict schemas want every key):
+# the keys an operation does not use are null, and `parse_operations` drops them.
+OPERATIONS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": ["ADD", "UPDATE", "TAG", "REMOVE"]},
+            "id": {"type": ["integer", "null"]},
+            "section": {"type": ["string", "null"]},
+            "content": {"type": ["string", "null"]},
+            "tag": {
+                "anyOf": [
+                    {"type": "string", "enum": ["helpful", "harmful", "neutral"]},
+                    {"type": "null"},
+                ]
+            },
+        },
+        "required": ["op", "id", "section", "content", "tag"],
+        "additionalProperties": False,
+    },
+}
+
 
 @dataclass
 class CurationTally:
@@ -92,8 +115,10 @@ def parse_operations(raw: Any) -> tuple[list[Operation], int]:
     operations: list[Operation] = []
     dropped = 0
     for item in raw[:MAX_OPS_PER_PASS]:
-        if isinstance(item, dict) and isinstance(item.get("op"), str):
-            item = {**item, "op": item["op"].upper()}
+        if isinstance(item, dict):
+            item = {key: value for key, value in item.items() if value is not None}
+            if isinstance(item.get("op"), str):
+                item["op"] = item["op"].upper()
         try:
             operations.append(_OPERATION.validate_python(item))
         except ValidationError:

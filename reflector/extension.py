@@ -31,11 +31,12 @@ class ReflectorExtension(Extension):
         if not self.config.reflector.enabled:
             return
         try:
-            run = await self.reflector.reflect_chat(turn.chat.id)
+            runs = await self.reflector.reflect_pending(turn.chat.id)
         except Exception:  # compaction must go on whatever happens here
             logger.exception("reflector pass before compaction failed for chat %s", turn.chat.id)
             return
-        logger.info("reflector before compaction: %s", run.summary())
+        for run in runs:
+            logger.info("reflector before compaction: %s", run.summary())
 
     async def checks(self) -> list[Check]:
         if not self.config.reflector.enabled:
@@ -44,6 +45,7 @@ class ReflectorExtension(Extension):
         last = "no run yet"
         if recent:
             row = recent[0]
-            last = f"last run {row.finished_at} " + ("ok" if row.ok else f"FAILED: {row.error}")
+            outcome = "ok" if row.ok else f"{row.status.upper()}: {row.error}"
+            last = f"last run {row.finished_at} {outcome}"
         detail = f"every {self.config.reflector.interval_mins:g} min, model {self.reflector.model}"
         return [Check("reflector", True, f"{detail}; {last}", fatal=False)]

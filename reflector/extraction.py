@@ -21,7 +21,8 @@ from core.store import StoredMessage
 from core.text import clip_middle, strip_think
 
 MESSAGE_MAX_CHARS = 1_500
-TRANSCRIPT_MAX_CHARS = 20_000
+MESSAGE_MIN_CHARS = 200  # a message alone in a small window is clipped, but not below this
+TRANSCRIPT_MAX_CHARS = 20_000  # even in a large window: long inputs make extraction worse
 MAX_CANDIDATES = 50
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
@@ -87,6 +88,7 @@ class Transcript:
     last_id: int
     count: int
     plain: str = ""  # the message texts without sender labels (the keyword query)
+    clipped: int = 0  # messages shortened to fit (their middle replaced by a marker)
 
 
 class _Item(BaseModel):
@@ -113,25 +115,35 @@ class _Reply(BaseModel):
     memories: list[Any]
 
 
-def render_transcript(messages: Sequence[StoredMessage]) -> Transcript | None:
-    """`[sender]: text` lines, oldest first, within the size budget; None if no message.
+def render_transcript(
+    messages: Sequence[StoredMessage],
+    max_chars: int = TRANSCRIPT_MAX_CHARS,
+    message_chars: int = MESSAGE_MAX_CHARS,
+) -> Transcript | None:
+    """`[sender]: text` lines, oldest first, within `max_chars`; None if no message.
 
     Tool messages and empty texts are skipped but still covered by the returned last id.
-    At least one message is always included, so a pass always makes progress.
+    The first message with text is always included, clipped to fit `max_chars` if need be
+    (never below `MESSAGE_MIN_CHARS`), so a pass always makes progress; a later message
+    that does not fit waits for the next batch, where it comes first.
     """
     lines: list[str] = []
     texts: list[str] = []
     used = 0
     last_id = 0
     count = 0
+    clipped = 0
     for message in messages:
         text = strip_think(message.content) if message.role in ("user", "assistant") else ""
         line = ""
         if text:
-            sender = message.sender or message.role
-            line = f"[{sender}]: {clip_middle(text, MESSAGE_MAX_CHARS)}"
-            if lines and used + len(line) > TRANSCRIPT_MAX_CHARS:
+            prefix = f"[{message.sender or message.role}]: "
+            limit = message_chars if lines else min(message_chars, max_chars - len(prefix))
+            body = clip_middle(text, max(MESSAGE_MIN_CHARS, limit))
+            line = prefix + body
+            if lines and used + len(line) > max_chars:
                 break
+            clipped += body != text
         if line:
             lines.append(line)
             texts.append(text)
@@ -140,7 +152,8 @@ def render_transcript(messages: Sequence[StoredMessage]) -> Transcript | None:
         count += 1
     if not count:
         return None
-    return Transcript("\n".join(lines), messages[0].id, last_id, count, "\n".join(texts))
+    plain = "\n".join(texts)
+    return Transcript("\n".join(lines), messages[0].id, last_id, count, plain, clipped)
 
 
 def build_messages(
@@ -158,11 +171,14 @@ def build_messages(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def repair_messages(request: list[dict[str, Any]], reply: str, error: str) -> list[dict[str, Any]]:
-    """The follow-up request that asks the model to fix its reply once."""
+def repair_messages(
+    request: list[dict[str, Any]], reply: str, error: str, reply_chars: int = 4_000
+) -> list[dict[str, Any]]:
+    """The follow-up request that asks the model to fix its reply once (the reply echoed
+    back is clipped to `reply_chars`, so the repair fits the window the request did)."""
     return [
         *request,
-        {"role": "assistant", "content": reply[:4_000]},
+        {"role": "assistant", "content": clip_middle(reply, reply_chars)},
         {"role": "user", "content": REPAIR_PROMPT.format(error=error)},
     ]
 

@@ -11,7 +11,13 @@ from typing import Any
 
 from memory.strategies.store import StrategyStore
 from reflector.contributors import PassContributor
-from reflector.curation import INSTRUCTIONS, apply_operations, existing_block, parse_operations
+from reflector.curation import (
+    INSTRUCTIONS,
+    OPERATIONS_SCHEMA,
+    apply_operations,
+    existing_block,
+    parse_operations,
+)
 
 
 class StrategyCurator:
@@ -27,6 +33,9 @@ class StrategyCurator:
 
     def listing(self, chat_id: int) -> str:
         return existing_block(self.store, chat_id)
+
+    def schema(self) -> dict[str, Any]:
+        return OPERATIONS_SCHEMA
 
     def apply(self, chat_id: int, value: Any, run_id: int) -> str:
         operations, dropped = parse_operations(value)

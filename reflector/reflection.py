@@ -1,9 +1,13 @@
 """Reflector: one pass = for each chat with unseen messages, extract facts and store them.
 
-Per chat: claim the lease, read up to `batch_messages` messages after the cursor, make
-one model call (plus at most one repair call), gate and embed the facts off the event
-loop, then store the memories, move the cursor and log the run in ONE transaction.
-Any failure writes nothing but a failed run row; the same messages are tried next pass.
+Per chat, up to `batch_messages` messages after the cursor, in batches that fit the
+model's window (`reflector.batching`). Per batch: claim the lease, ask the model
+(`reflector.calls`; a batch that overflows or whose reply is cut is halved and retried),
+gate and embed the facts off the event loop, then store the memories, move the cursor and
+log the run in ONE transaction. A failure writes nothing but a failed run row; the same
+messages are tried next pass, smaller. When the messages themselves keep failing
+(`[reflector] max_attempts`), the batch is logged as skipped with a warning and the cursor
+moves past it: no chat stalls for good, and the messages stay in the chat.
 """
 
 from __future__ import annotations
@@ -17,32 +21,22 @@ from typing import Any
 
 from core.config import Config
 from core.db import Connection, savepoint, transaction
-from core.errors import LeaseLost, LLMError, ReplyInvalid
-from core.llm import LLM, Completion
+from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
+from core.llm import LLM
 from core.store import SessionStore
-from core.usage import complete_recorded
 from memory.embeddings import Embedder, load_embedder
+from memory.quality import check_fact
 from memory.store import CATEGORIES, MemoryStore
+from reflector.batching import Shape
+from reflector.calls import ExtractionCalls
 from reflector.contributors import PassContributor
-from reflector.extraction import (
-    Candidate,
-    ExistingMemory,
-    PromptExtra,
-    Transcript,
-    build_messages,
-    decode_reply,
-    parse_memories,
-    render_transcript,
-    repair_messages,
-)
+from reflector.extraction import Candidate, ExistingMemory, parse_memories
 from reflector.facts import FactWriter, PreparedFact
 from reflector.maintenance import MaintenanceReport, maintain
-from reflector.quality import check_fact
 from reflector.store import ChatRun, CursorStore, Lease, LeaseStore, RunStore
 
 logger = logging.getLogger(__name__)
 
-USAGE_KIND = "reflector"
 NEWEST_KNOWN = 20
 RELEVANT_KNOWN = 20
 
@@ -57,17 +51,14 @@ class PassReport:
         return all(run.ok or run.status in ("busy", "idle") for run in self.runs)
 
     def lines(self) -> list[str]:
-        lines = [run.summary() for run in self.runs] or ["no chat has new messages"]
+        lines = [_line(run) for run in self.runs] or ["no chat has new messages"]
         if self.maintenance is not None:
             lines.append(self.maintenance.summary())
         return lines
 
 
-def _checked(reply: str) -> dict[str, Any]:
-    """The decoded reply, once its `memories` list is known to be usable."""
-    data = decode_reply(reply)
-    parse_memories(data, CATEGORIES)
-    return data
+def _line(run: ChatRun) -> str:
+    return f"WARNING: {run.summary()}" if run.status == "skipped" else run.summary()
 
 
 EmbedderFactory = Callable[[], Embedder | None]
@@ -107,6 +98,7 @@ class Reflector:
         self.leases = stores.leases
         self.runs = stores.runs
         self.contributors = list(contributors)
+        self.calls = ExtractionCalls(config, stores.sessions, llm, self.contributors)
         # Archiving, deleting and listing need no model: passes with nothing to embed
         # never pay the seconds it takes to load one.
         self._plain = stores.memories
@@ -131,23 +123,44 @@ class Reflector:
         """Reflect on every chat with unseen messages (or just `chat_ids`), then upkeep."""
         report = PassReport()
         for chat_id in self.cursor.pending_chats(chat_ids):
-            report.runs.append(await self.reflect_chat(chat_id))
+            report.runs.extend(await self.reflect_pending(chat_id))
         embedding_store = await self.memory_store() if self._plain.has_unembedded() else None
         report.maintenance = maintain(
             self._plain, self.config.reflector.confidence_floor, embedding_store
         )
         return report
 
-    async def reflect_chat(self, chat_id: int) -> ChatRun:
-        """One chat's share of a pass; never raises for a failure inside the chat."""
+    async def reflect_pending(self, chat_id: int) -> list[ChatRun]:
+        """Up to `batch_messages` unseen messages of one chat, in as many batches as the
+        window needs; stops at a batch that fails (the next pass tries it again)."""
+        runs: list[ChatRun] = []
+        left = self.config.reflector.batch_messages
+        while left > 0:
+            run = await self.reflect_chat(chat_id, left)
+            runs.append(run)
+            if run.status not in ("done", "skipped"):
+                break
+            left -= run.messages_seen
+            if self.cursor.position(chat_id) >= self.store.newest_message_id(chat_id):
+                break
+        return runs
+
+    async def reflect_chat(self, chat_id: int, limit: int | None = None) -> ChatRun:
+        """One batch of the chat's unseen messages (at most `limit`, else `batch_messages`);
+        never raises for a failure inside the chat."""
         run = ChatRun(chat_id, model=self.model)
         lease = self.leases.claim(chat_id)
         if lease is None:
             run.status = "busy"
             return run
+        start = self.cursor.position(chat_id)
         try:
-            await self._reflect_leased(run, lease)
-        except (LLMError, ReplyInvalid, LeaseLost) as exc:
+            await self._reflect_leased(
+                run, lease, start, limit or self.config.reflector.batch_messages
+            )
+        except (ReplyInvalid, ContextOverflow) as exc:
+            self._batch_failed(run, lease, start, str(exc))
+        except (LLMError, LeaseLost) as exc:
             self._fail(run, str(exc))
         except Exception as exc:  # the chat boundary: one chat's bug must not stop the pass
             logger.exception("reflector crashed on chat %s", chat_id)
@@ -156,52 +169,24 @@ class Reflector:
             self.leases.release(lease)
         return run
 
-    async def _reflect_leased(self, run: ChatRun, lease: Lease) -> None:
-        start = self.cursor.position(run.chat_id)
-        batch = self.store.messages_between(
-            run.chat_id, start, self.config.reflector.batch_messages
-        )
-        transcript = render_transcript(batch)
-        if transcript is None:
+    async def _reflect_leased(self, run: ChatRun, lease: Lease, start: int, limit: int) -> None:
+        messages = self.store.messages_between(run.chat_id, start, limit)
+        if not messages:
             run.status = "idle"
             run.ok = True
             return
-        run.first_message_id = transcript.first_id
-        run.last_message_id = transcript.last_id
-        run.messages_seen = transcript.count
-        data: dict[str, Any] = {}
-        if transcript.text:
-            data = await self._extract(run, transcript)
+        earlier = self.runs.failed_attempts(run.chat_id, messages[0].id)
+        # After a failure at this cursor, start from half the batch that failed.
+        shape = Shape(max(1, earlier.last_seen // 2) if earlier.count else len(messages))
+        batch, data = await self.calls.reply_to_fitting(
+            run, messages, shape, lambda text: self.known_memories(run.chat_id, text)
+        )
+        if batch.transcript.clipped:
+            run.notes.append(f"{batch.transcript.clipped} long messages clipped")
         candidates, dropped = parse_memories(data, CATEGORIES) if data else ([], 0)
         run.skipped += dropped
         facts = await self._prepare(run, candidates)
-        self._commit(run, lease, (start, transcript.last_id), facts, data)
-
-    async def _extract(self, run: ChatRun, transcript: Transcript) -> dict[str, Any]:
-        """The model's decoded reply, after at most one repair call; `ReplyInvalid` if none."""
-        extras = [
-            PromptExtra(c.key, c.instructions(), c.listing(run.chat_id)) for c in self.contributors
-        ]
-        known = self.known_memories(run.chat_id, transcript.plain)
-        request = build_messages(transcript, known, extras)
-        completion = await self._complete(run, request)
-        try:
-            return _checked(completion.content)
-        except ReplyInvalid as first:
-            logger.info("chat %s: reply unusable (%s); asking once more", run.chat_id, first)
-            repair = repair_messages(request, completion.content, str(first))
-            completion = await self._complete(run, repair)
-            return _checked(completion.content)
-
-    async def _complete(self, run: ChatRun, messages: list[dict[str, Any]]) -> Completion:
-        model = self.config.reflector.model or None
-        completion = await complete_recorded(
-            self.llm, self.store, run.chat_id, USAGE_KIND, messages, model=model
-        )
-        run.model = completion.model or self.model
-        run.prompt_tokens = (run.prompt_tokens or 0) + (completion.prompt_tokens or 0)
-        run.completion_tokens = (run.completion_tokens or 0) + (completion.completion_tokens or 0)
-        return completion
+        self._commit(run, lease, (start, batch.transcript.last_id), facts, data)
 
     async def _prepare(self, run: ChatRun, candidates: list[Candidate]) -> list[PreparedFact]:
         """Gate the candidates, then embed the survivors in a thread."""
@@ -266,12 +251,41 @@ class Reflector:
         logger.warning("reflector: %s", run.summary())
         self.runs.record(run)
 
+    def _batch_failed(self, run: ChatRun, lease: Lease, start: int, error: str) -> None:
+        """A failure of the messages themselves: counted, and after `max_attempts` of them
+        at this cursor the batch is skipped (run row and cursor move in one transaction)."""
+        run.batch_failed = True
+        attempt = self.runs.failed_attempts(run.chat_id, run.first_message_id or 0).count + 1
+        limit = self.config.reflector.max_attempts
+        if attempt < limit or run.last_message_id is None:
+            self._fail(run, f"{error} (attempt {attempt} of {limit}; tried smaller next pass)")
+            return
+        run.ok = False
+        run.status = "skipped"
+        run.error = (
+            f"{error}; skipped after {attempt} failed attempts (the messages stay in the"
+            " chat; only the reflector's cursor moved past them)"
+        )[:500]
+        run.added = run.updated = run.refreshed = 0
+        try:
+            with transaction(self.conn):
+                moved = self.cursor.advance(run.chat_id, start, run.last_message_id)
+                if not self.leases.holds(lease) or not moved:
+                    raise LeaseLost("another pass took this chat over; nothing skipped")
+                self.runs.record(run)
+        except LeaseLost as exc:
+            run.batch_failed = False
+            self._fail(run, str(exc))
+            return
+        logger.warning("reflector: %s", run.summary())
+
     def known_memories(self, chat_id: int, text: str) -> list[ExistingMemory]:
-        """The chat's memories shown to the model: the most relevant and the newest, capped."""
+        """The chat's memories to show the model, most useful first: the most relevant to
+        `text`, then the newest (`reflector.batching` lists those that fit)."""
         newest = self._plain.newest(chat_id, NEWEST_KNOWN)
         relevant = self._plain.matching(chat_id, text, RELEVANT_KNOWN)
         found = {memory.id: memory for memory in [*relevant, *newest]}
-        return [ExistingMemory(m.id, m.category, m.content) for _, m in sorted(found.items())]
+        return [ExistingMemory(m.id, m.category, m.content) for m in found.values()]
 
 
 def sqlite_reflector(

@@ -9,9 +9,10 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from core.db import Connection, transaction
-from reflector.store import ChatRun, Lease, RunRow
+from reflector.store import ChatRun, FailedAttempts, Lease, RunRow
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -125,6 +126,13 @@ class SqliteLeaseStore:
         )
 
 
+_RUN_COLUMNS = (
+    "id, chat_id, started_at, finished_at, messages_seen, memories_added, memories_updated,"
+    " memories_refreshed, memories_skipped, model, ok, error, first_message_id,"
+    " last_message_id, status, batch_failed"
+)
+
+
 class SqliteRunStore:
     """Writes and reads `reflector_runs`."""
 
@@ -136,8 +144,8 @@ class SqliteRunStore:
         cursor = self.conn.execute(
             "INSERT INTO reflector_runs (chat_id, started_at, first_message_id, last_message_id,"
             " messages_seen, memories_added, memories_updated, memories_refreshed,"
-            " memories_skipped, model, prompt_tokens, completion_tokens, ok, error)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " memories_skipped, model, prompt_tokens, completion_tokens, ok, error, status,"
+            " batch_failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.chat_id,
                 run.started_at,
@@ -153,6 +161,8 @@ class SqliteRunStore:
                 run.completion_tokens,
                 int(run.ok),
                 run.error,
+                run.status if run.status in ("done", "skipped") else "failed",
+                int(run.batch_failed),
             ),
         )
         return int(cursor.lastrowid)
@@ -162,25 +172,39 @@ class SqliteRunStore:
         where = "WHERE chat_id = ?" if chat_id is not None else ""
         params: tuple[int, ...] = (chat_id, limit) if chat_id is not None else (limit,)
         rows = self.conn.execute(
-            "SELECT id, chat_id, started_at, finished_at, messages_seen, memories_added,"
-            " memories_updated, memories_refreshed, memories_skipped, model, ok, error"
-            f" FROM reflector_runs {where} ORDER BY id DESC LIMIT ?",
+            f"SELECT {_RUN_COLUMNS} FROM reflector_runs {where} ORDER BY id DESC LIMIT ?",
             params,
         ).fetchall()
-        return [
-            RunRow(
-                int(row[0]),
-                int(row[1]),
-                row[2],
-                row[3],
-                int(row[4]),
-                int(row[5]),
-                int(row[6]),
-                int(row[7]),
-                int(row[8]),
-                row[9],
-                bool(row[10]),
-                row[11],
-            )
-            for row in rows
-        ]
+        return [_run_row(row) for row in rows]
+
+    def failed_attempts(self, chat_id: int, first_message_id: int) -> FailedAttempts:
+        """Batch failures of runs starting at `first_message_id`, counted since the chat's
+        newest done or skipped run (so a cursor reset starts afresh)."""
+        rows = self.conn.execute(
+            "SELECT messages_seen FROM reflector_runs WHERE chat_id = ? AND batch_failed = 1"
+            " AND first_message_id = ? AND id > coalesce((SELECT max(id) FROM reflector_runs"
+            " WHERE chat_id = ? AND status IN ('done', 'skipped')), 0) ORDER BY id DESC",
+            (chat_id, first_message_id, chat_id),
+        ).fetchall()
+        return FailedAttempts(len(rows), int(rows[0][0]) if rows else 0)
+
+
+def _run_row(row: tuple[Any, ...]) -> RunRow:
+    return RunRow(
+        int(row[0]),
+        int(row[1]),
+        row[2],
+        row[3],
+        int(row[4]),
+        int(row[5]),
+        int(row[6]),
+        int(row[7]),
+        int(row[8]),
+        row[9],
+        bool(row[10]),
+        row[11],
+        row[12],
+        row[13],
+        row[14],
+        bool(row[15]),
+    )

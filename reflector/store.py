@@ -37,21 +37,27 @@ class ChatRun:
     completion_tokens: int | None = None
     ok: bool = False
     error: str | None = None
-    status: str = "pending"  # done | failed | busy | idle
+    status: str = "pending"  # done | failed | skipped | busy | idle
+    # The messages themselves failed (overflow, cut or unusable reply), not the server:
+    # such failures count towards `[reflector] max_attempts`, then the batch is skipped.
+    batch_failed: bool = False
     notes: list[str] = field(default_factory=list)  # what pass contributors did
 
     def summary(self) -> str:
         """One line for `mnemo reflect --once` and the log."""
         if self.status == "busy":
-            return f"chat {self.chat_id}: skipped (another process is reflecting on it)"
+            return f"chat {self.chat_id}: busy (another process is reflecting on it)"
         if self.status == "idle":
             return f"chat {self.chat_id}: no new messages"
         head = f"chat {self.chat_id}: {self.messages_seen} messages"
+        ids = f" (ids {self.first_message_id}-{self.last_message_id})"
+        if self.status == "skipped":
+            return f"{head}{ids} SKIPPED: {self.error}"
         if not self.ok:
-            return f"{head}, FAILED: {self.error}"
+            return f"{head}{ids if self.first_message_id else ''}, FAILED: {self.error}"
         notes = "".join(f"; {note}" for note in self.notes)
         return (
-            f"{head} (ids {self.first_message_id}-{self.last_message_id}), "
+            f"{head}{ids}, "
             f"{self.added} added, {self.updated} updated, {self.refreshed} refreshed, "
             f"{self.skipped} skipped{notes}"
         )
@@ -71,6 +77,34 @@ class RunRow:
     model: str
     ok: bool
     error: str | None
+    first_message_id: int | None = None
+    last_message_id: int | None = None
+    status: str = "done"  # done | failed | skipped
+    batch_failed: bool = False
+
+    def summary(self) -> str:
+        """One line of `mnemo reflect --runs`."""
+        span = (
+            f"ids {self.first_message_id}-{self.last_message_id}" if self.first_message_id else ""
+        )
+        head = f"#{self.id} {self.finished_at} chat {self.chat_id}: {self.messages_seen} messages"
+        head += f" ({span})" if span else ""
+        if self.status == "skipped":
+            return f"{head} SKIPPED: {self.error}"
+        if not self.ok:
+            return f"{head} FAILED: {self.error}"
+        return (
+            f"{head}, {self.added} added, {self.updated} updated, {self.refreshed} refreshed, "
+            f"{self.skipped} skipped"
+        )
+
+
+@dataclass(frozen=True)
+class FailedAttempts:
+    """The batch failures at one cursor position since the chat's last completed batch."""
+
+    count: int = 0
+    last_seen: int = 0  # messages in the newest failed attempt
 
 
 class CursorStore(Protocol):
@@ -107,10 +141,15 @@ class LeaseStore(Protocol):
 
 
 class RunStore(Protocol):
-    """One row per chat per pass, successful or not."""
+    """One row per batch: done, failed or skipped."""
 
     def record(self, run: ChatRun) -> int: ...
 
     def recent(self, chat_id: int | None = None, limit: int = 20) -> list[RunRow]:
         """The newest runs, newest first (of one chat if given)."""
+        ...
+
+    def failed_attempts(self, chat_id: int, first_message_id: int) -> FailedAttempts:
+        """Batch failures (`batch_failed`) of runs starting at `first_message_id`, counted
+        since the chat's newest done or skipped run (so a cursor reset starts afresh)."""
         ...

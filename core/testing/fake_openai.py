@@ -1,8 +1,17 @@
 """A fake OpenAI-compatible server on 127.0.0.1 for tests and benchmarks.
 
-It speaks real HTTP (chat completions, models), so the real `openai` client runs
-against it. Replies come from a script (`FakeOpenAIServer.script`), else from the
-`responder` function, which by default echoes the newest user message.
+It speaks real HTTP (chat completions, models), so Mnemo's own client runs against it.
+Replies come from a script (`FakeOpenAIServer.script`), else from the `responder`
+function, which by default echoes the newest user message.
+
+`ServerTraits` make it behave like the local servers Mnemo meets, with their real error
+texts: a context window enforced as llama-cpp-python does (400 `context_length_exceeded`
+once the prompt reaches `n_ctx`; its error adds `max_tokens` to the tokens requested), a
+chat template that refuses a late system message (500, as a Mistral-style template
+raises), a model without tool support (400, as Ollama answers), a server without
+`json_schema` structured output (500, llama-cpp-python's validation error), a template
+that drops the tool schemas from the prompt, llama.cpp's `/props`, vLLM's
+`max_model_len` and Ollama's `/api/show`, `/api/ps` and "not found, try pulling it first".
 """
 
 from __future__ import annotations
@@ -31,6 +40,91 @@ class FakeReply:
     prompt_tokens: int | None = None
     completion_tokens: int = 5
     raw_body: str | None = None
+    finish_reason: str = ""  # default: "tool_calls" with tool calls, else "stop"
+
+
+@dataclass
+class OllamaTraits:
+    """Ollama's own API beside /v1: /api/show and /api/ps."""
+
+    num_ctx: int | None = None  # a `num_ctx` parameter in the model's Modelfile
+    running_ctx: int | None = None  # the loaded model's context_length in /api/ps
+    tools: bool = True  # "tools" among the model's capabilities
+
+
+@dataclass
+class ServerTraits:
+    """How the fake server behaves beyond the script (all off by default)."""
+
+    n_ctx: int | None = None  # enforce a window (prompt tokens ~ chars / 4)
+    props: bool = False  # answer llama.cpp's GET /props with n_ctx
+    strict_system: bool = False  # 500 on a system message after the first
+    no_tools: bool = False  # 400 on any request with tools
+    no_json_schema: bool = False  # 500 on response_format json_schema
+    served: tuple[str, ...] = ("fake-model",)  # the /v1/models list
+    max_model_len: int | None = None  # vLLM's field in /v1/models
+    ollama: OllamaTraits | None = None  # also answer /api/show and /api/ps
+    tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
+
+    def models_body(self) -> dict[str, Any]:
+        entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in self.served]
+        if self.max_model_len:
+            for entry in entries:
+                entry["max_model_len"] = self.max_model_len
+        return {"object": "list", "data": entries}
+
+    def ollama_show(self, model: str) -> tuple[int, dict[str, Any]]:
+        if self.ollama is None or model.removesuffix(":latest") not in self.served:
+            return 404, {"error": f"model '{model}' not found"}
+        parameters = f"num_ctx {self.ollama.num_ctx}" if self.ollama.num_ctx else ""
+        capabilities = ["completion", *(["tools"] if self.ollama.tools else [])]
+        info = {"llama.context_length": 131072}
+        return 200, {"parameters": parameters, "capabilities": capabilities, "model_info": info}
+
+    def ollama_ps(self) -> dict[str, Any]:
+        if self.ollama is None or not self.ollama.running_ctx:
+            return {"models": []}
+        loaded = self.served[0]
+        return {"models": [{"name": f"{loaded}:latest", "context_length": self.ollama.running_ctx}]}
+
+    def refusal(self, request: dict[str, Any]) -> tuple[int, str] | None:
+        """The error a real server would send for `request`, if any."""
+        messages = request.get("messages", [])
+        model = str(request.get("model", ""))
+        if self.ollama is not None and model.removesuffix(":latest") not in self.served:
+            return 404, f'model "{model}" not found, try pulling it first'
+        roles = [message.get("role") for message in messages]
+        if self.strict_system and "system" in roles[1:]:
+            return 500, "System message must be at the beginning."
+        if self.no_tools and request.get("tools"):
+            model = request.get("model", "fake-model")
+            return 400, f"registry.ollama.ai/library/{model} does not support tools"
+        response_format = request.get("response_format") or {}
+        if self.no_json_schema and response_format.get("type") == "json_schema":
+            return 500, (
+                "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"
+            )
+        if self.n_ctx is not None:
+            prompt = prompt_tokens_of(request, self.tools_dropped)
+            completion = int(request.get("max_tokens") or 16)
+            if prompt >= self.n_ctx:  # as llama-cpp-python: a longer answer is just cut
+                return 400, (
+                    f"This model's maximum context length is {self.n_ctx} tokens. However, "
+                    f"you requested {prompt + completion} tokens ({prompt} in the messages, "
+                    f"{completion} in the completion). Please reduce the length of the "
+                    "messages or completion."
+                )
+        return None
+
+
+def prompt_tokens_of(request: dict[str, Any], tools_dropped: bool = False) -> int:
+    """The fake tokenizer: four characters of the messages (and tools) per token."""
+    chars = len(json.dumps(request.get("messages", [])))
+    counted = not tools_dropped and request.get("tool_choice") not in (None, "none")
+    if request.get("tools") and counted:
+        chars += len(json.dumps(request["tools"]))
+    return chars // 4
 
 
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "") -> dict[str, Any]:
@@ -51,9 +145,15 @@ def echo_responder(request: dict[str, Any]) -> FakeReply:
 class FakeOpenAIServer(LoopbackServer):
     """Start with `with FakeOpenAIServer() as server:`; `server.base_url` ends in /v1."""
 
-    def __init__(self, responder: Callable[[dict[str, Any]], FakeReply] = echo_responder) -> None:
+    def __init__(
+        self,
+        responder: Callable[[dict[str, Any]], FakeReply] = echo_responder,
+        traits: ServerTraits | None = None,
+    ) -> None:
         self.script: deque[FakeReply] = deque()
         self.responder = responder
+        self.traits = traits or ServerTraits()
+        self.refused: list[tuple[int, str]] = []
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         super().__init__(self._handler_class())
@@ -78,16 +178,41 @@ class FakeOpenAIServer(LoopbackServer):
 
         class Handler(JsonHandler):
             def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    body = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
+                if self.path.rstrip("/") == "/props" and server.traits.props:
+                    settings = {"n_ctx": server.traits.n_ctx or 4096}
+                    body = {"default_generation_settings": settings, "total_slots": 1}
                     self.send_json(200, json.dumps(body))
+                elif self.path.rstrip("/").endswith("/models"):
+                    self.send_json(200, json.dumps(server.traits.models_body()))
+                elif self.path.rstrip("/") == "/api/version" and server.traits.ollama:
+                    self.send_json(200, json.dumps({"version": "0.12.0"}))
+                elif self.path.rstrip("/") == "/api/ps" and server.traits.ollama:
+                    self.send_json(200, json.dumps(server.traits.ollama_ps()))
                 else:
                     self.send_json(404, json.dumps({"error": {"message": "not found"}}))
 
             def do_POST(self) -> None:
                 request = json.loads(self.read_body() or b"{}")
+                if self.path.rstrip("/") == "/api/show" and server.traits.ollama:
+                    status, shown = server.traits.ollama_show(str(request.get("model", "")))
+                    self.send_json(status, json.dumps(shown))
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self.send_json(404, json.dumps({"error": {"message": "not found"}}))
+                    return
+                refusal = server.traits.refusal(request)
+                if refusal is not None:
+                    with server._lock:
+                        server.requests.append(request)
+                        server.refused.append(refusal)
+                    error: dict[str, str | None] = {
+                        "message": refusal[1],
+                        "type": "invalid_request_error",
+                        "code": None,
+                    }
+                    if "maximum context length" in refusal[1]:
+                        error["code"] = "context_length_exceeded"
+                    self.send_json(refusal[0], json.dumps({"error": error}))
                     return
                 reply = server.next_reply(request)
                 if reply.delay_s:
@@ -98,17 +223,22 @@ class FakeOpenAIServer(LoopbackServer):
                     error = {"message": reply.error or "fake error", "type": "fake", "code": None}
                     self.send_json(reply.status, json.dumps({"error": error}))
                 else:
-                    self.send_json(200, json.dumps(completion_body(request, reply)))
+                    body = completion_body(request, reply, server.traits.tools_dropped)
+                    self.send_json(200, json.dumps(body))
 
         return Handler
 
 
-def completion_body(request: dict[str, Any], reply: FakeReply) -> dict[str, Any]:
-    prompt_chars = len(json.dumps(request.get("messages", [])))
+def completion_body(
+    request: dict[str, Any], reply: FakeReply, tools_dropped: bool = False
+) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
-    prompt_tokens = reply.prompt_tokens if reply.prompt_tokens is not None else prompt_chars // 4
+    prompt_tokens = reply.prompt_tokens
+    if prompt_tokens is None:
+        prompt_tokens = prompt_tokens_of(request, tools_dropped)
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
     return {
         "id": f"chatcmpl-{int(time.time() * 1000)}",
         "object": "chat.completion",
@@ -118,7 +248,7 @@ def completion_body(request: dict[str, Any], reply: FakeReply) -> dict[str, Any]
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "finish_reason": finish,
             }
         ],
         "usage": {
@@ -132,6 +262,7 @@ def completion_body(request: dict[str, Any], reply: FakeReply) -> dict[str, Any]
 @contextmanager
 def running_fake_server(
     responder: Callable[[dict[str, Any]], FakeReply] = echo_responder,
+    traits: ServerTraits | None = None,
 ) -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(responder) as server:
+    with FakeOpenAIServer(responder, traits) as server:
         yield server

@@ -1,2 +1,2 @@
-"""Memory's benchmarks: `mnemo bench locomo` (recall), `mnemo bench memory` (ranking
-latency), and `mnemo bench prefix` with the real memory store. Figures, never assertions."""
+"""Memory's benchmarks: `mnemo bench locomo` (recall) and `mnemo bench memory` (ranking
+latency). Figures, never assertions."""

@@ -1,5 +1,4 @@
-"""`mnemo bench locomo PATH` (evidence recall on LoCoMo), `mnemo bench memory` (latency)
-and the real memory store for `mnemo bench prefix`.
+"""`mnemo bench locomo PATH` (evidence recall on LoCoMo) and `mnemo bench memory` (latency).
 
 They build throwaway databases in a temporary directory through the real memory store and
 rank through the real `rank_memories`. Figures are printed, never asserted.
@@ -136,9 +135,21 @@ def synthetic_query(rng: random.Random) -> str:
     help="Repeatable; default: all four.",
 )
 @query_precision_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--gap",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="Idle seconds before each timed query, as between a bot's messages.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_memory(
-    count: int, queries: int, retrievers: tuple[str, ...], query_precision: str, as_json: bool
+    count: int,
+    queries: int,
+    retrievers: tuple[str, ...],
+    query_precision: str,
+    gap: float,
+    as_json: bool,
 ) -> None:
     """Ranking latency (query embedding included) for one chat of N memories."""
     from core.db import connect
@@ -146,6 +157,7 @@ def bench_memory(
     from memory.embeddings import load_embedder
     from memory.keyword_cache import keyword_lists
     from memory.sqlite_store import SqliteMemoryStore
+    from memory.vector_cache import chat_vectors
 
     rng = random.Random(7)
     embedder = load_embedder("", query_precision)
@@ -168,21 +180,26 @@ def bench_memory(
             ["build"] * 5, partial(_first_build, memories, chat.id)
         )
         keyword_lists(memories, chat.id)  # built, as it stands between changes
+        results["(vectors held in memory, first build)"] = _timed(
+            ["build"] * 5, partial(_first_vectors, memories, chat.id)
+        )
+        chat_vectors(memories, chat.id)
         modes = list(retrievers or RETRIEVERS)
         for mode in modes:
             asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
-            results[mode] = _timed(asked, partial(_rank_once, memories, chat.id, mode))
+            results[mode] = _timed(asked, partial(_rank_once, memories, chat.id, mode), gap)
         results[f"{modes[0]}, just after a new memory"] = _after_changes(
-            memories, chat.id, modes[0], rng
+            memories, chat.id, modes[0], rng, gap
         )
         asked = [synthetic_query(rng) for _ in range(queries)]
-        results["(bm25 by FTS5 itself)"] = _timed(asked, partial(_fts5_bm25, conn, chat.id))
+        fts = partial(_fts5_bm25, conn, chat.id)
+        results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
         if embedder is not None:
             asked = [synthetic_query(rng) for _ in range(queries)]
-            results["(query embedding alone)"] = _timed(asked, embedder.embed_query)
+            results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
         conn.close()
     precision = getattr(embedder, "query_precision", "none (no model)")
-    _print_memory_bench(count, queries, ingest_s, precision, results, as_json)
+    _print_memory_bench(count, queries, ingest_s, precision, gap, results, as_json)
 
 
 def _rank_once(memories: Any, chat_id: int, mode: str, query: str) -> object:
@@ -197,6 +214,12 @@ def _first_build(memories: Any, chat_id: int, _: str) -> object:
     return PostingLists.build(memories.ranking_rows(chat_id))
 
 
+def _first_vectors(memories: Any, chat_id: int, _: str) -> object:
+    from memory.vector_cache import ChatVectors
+
+    return ChatVectors.build(memories.vector_rows(chat_id))
+
+
 def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
     """The same BM25 asked of the FTS5 table, as ranking did before its in-memory lists."""
     from memory.index_store import fts_bm25_ids
@@ -205,10 +228,13 @@ def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
     return fts_bm25_ids(conn, chat_id, query, 70, CONTEXT_WEIGHT)
 
 
-def _after_changes(memories: Any, chat_id: int, mode: str, rng: random.Random) -> dict[str, float]:
+def _after_changes(
+    memories: Any, chat_id: int, mode: str, rng: random.Random, gap: float
+) -> dict[str, float]:
     """Ranking latency of queries that each follow a new memory (the store itself untimed)."""
     timings = []
     for _ in range(CHANGED_QUERIES):
+        time.sleep(gap)
         memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
         query = synthetic_query(rng)
         began = time.perf_counter()
@@ -217,9 +243,10 @@ def _after_changes(memories: Any, chat_id: int, mode: str, rng: random.Random) -
     return _percentiles(timings)
 
 
-def _timed(queries: list[str], run: Callable[[str], object]) -> dict[str, float]:
+def _timed(queries: list[str], run: Callable[[str], object], gap: float = 0.0) -> dict[str, float]:
     timings = []
     for query in queries:
+        time.sleep(gap)
         began = time.perf_counter()
         run(query)
         timings.append((time.perf_counter() - began) * 1000)
@@ -231,6 +258,7 @@ def _percentiles(timings: list[float]) -> dict[str, float]:
     return {
         "p50_ms": round(timings[len(timings) // 2], 2),
         "p95_ms": round(timings[max(0, int(len(timings) * 0.95) - 1)], 2),
+        "max_ms": round(timings[-1], 2),
     }
 
 
@@ -239,6 +267,7 @@ def _print_memory_bench(
     queries: int,
     ingest_s: float,
     precision: str,
+    gap: float,
     results: dict[str, dict[str, float]],
     as_json: bool,
 ) -> None:
@@ -250,6 +279,7 @@ def _print_memory_bench(
                     "queries": queries,
                     "ingest_s": round(ingest_s, 1),
                     "query_precision": precision,
+                    "gap_s": gap,
                     "latency": results,
                 },
                 indent=2,
@@ -259,22 +289,10 @@ def _print_memory_bench(
     click.echo(
         f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
         f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
-        " included"
+        f" included; {gap:g} s idle before each"
     )
     for mode, figures in results.items():
-        click.echo(f"  {mode:<32} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms")
-
-
-def bench_memory_store(config: Any, conn: Any) -> Any:
-    """`mnemo bench prefix` saves its memories in the real memory store (issues 5 and 3)."""
-    from core.bench.prefix import BenchMemory
-    from memory.extension import MemoryExtension
-    from memory.sqlite_store import SqliteMemoryStore
-
-    store = SqliteMemoryStore(conn)
-    extension = MemoryExtension(config, store)
-
-    def save(chat_id: int, text: str) -> None:
-        extension.keeper.store.add(chat_id, text, "KNOWLEDGE", source="bench")
-
-    return BenchMemory("memory.sqlite_store.SqliteMemoryStore via MemoryExtension", extension, save)
+        click.echo(
+            f"  {mode:<32} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
+            f"  max {figures['max_ms']:.2f} ms"
+        )

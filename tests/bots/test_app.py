@@ -14,7 +14,7 @@ from bots.telegram import TelegramChannel
 from core.config import load_config
 from core.errors import ConfigError
 from core.testing.fake_openai import FakeOpenAIServer
-from tests.bots.fake_telegram import FakeTelegramServer, user
+from core.testing.fake_telegram import FakeTelegramServer, user
 from tests.conftest import start_mnemo, write_config
 
 

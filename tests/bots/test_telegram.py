@@ -16,7 +16,7 @@ from bots.runtime import Runtime, build_runtime
 from bots.telegram import TelegramChannel
 from core.api import Channel
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from tests.bots.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
+from core.testing.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
 from tests.conftest import make_config
 
 ALICE = user(101, "Alice", "alice")

@@ -16,20 +16,14 @@ def _section(key: str, chars: int, priority: int = 50, protected: bool = False) 
 
 def test_default_budget_is_a_quarter_of_the_window_clamped(tmp_path: Path) -> None:
     config: Config = make_config(tmp_path, "http://127.0.0.1:9/v1")
-    config.llm.context_window = 32_768
-    config.llm.max_output_tokens = 2_048
-    budget = section_budget(config, 4.0)
+    budget = section_budget(config, 4.0, 32_768 - 2_048)
     assert budget.total_chars == (32_768 - 2_048) * 4 // 4
     assert budget.section_chars == 20_000
-    config.llm.context_window = 4_096
-    config.llm.max_output_tokens = 3_900
-    assert section_budget(config, 4.0) == SectionBudget(1_000, 1_000)
-    config.llm.context_window = 2_000_000
-    config.llm.max_output_tokens = 1_000
-    assert section_budget(config, 4.0).total_chars == 150_000
+    assert section_budget(config, 4.0, 196) == SectionBudget(1_000, 1_000)
+    assert section_budget(config, 4.0, 1_999_000).total_chars == 150_000
     config.context.dynamic_total_max_chars = 5_000
     config.context.dynamic_section_max_chars = 2_000
-    assert section_budget(config, 4.0) == SectionBudget(5_000, 2_000)
+    assert section_budget(config, 4.0, 30_000) == SectionBudget(5_000, 2_000)
 
 
 def test_within_budget_nothing_changes() -> None:

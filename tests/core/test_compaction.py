@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,20 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Extension, Inbound, TurnContext
-from core.compaction import orphaned_tool_messages, split_for_compaction
+from core.compaction import AFTER_COMPACTION_SHARE, orphaned_tool_messages, split_for_compaction
 from core.config import Config
+from core.model_profile import effective_window, load_profile
 from core.store import StoredMessage
 from core.summary import SUMMARY_MARKER, fit_summary_request, usable_summary
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder, tool_call
+from core.testing.fake_openai import (
+    FakeOpenAIServer,
+    FakeReply,
+    ServerTraits,
+    echo_responder,
+    tool_call,
+)
 from core.tokens import TokenEstimator
+from tests.conftest import make_config
 from tests.core.support import light_runtime
 
 
@@ -86,6 +95,17 @@ def test_split_keeps_the_token_reserve_and_falls_forward_when_needed() -> None:
     old, recent = split_for_compaction(long_turn, 0, 5, estimator)
     assert [m.id for m in recent] == [10, 11]
     assert split_for_compaction(long_turn[:5], 0, 2, estimator) == ([], long_turn[:5])
+
+
+def test_split_keeps_no_more_than_the_room_but_always_the_newest_turn() -> None:
+    history = _tool_history(4)
+    estimator = TokenEstimator(4.0)
+    per_turn = sum(estimator.message(m.to_openai()) for m in history[:4])
+    old, recent = split_for_compaction(history, 0, 12, estimator, max_keep_tokens=per_turn * 2)
+    assert len(recent) == 8 and old + recent == history  # keep_recent=12 only a preference
+    old, recent = split_for_compaction(history, 0, 12, estimator, max_keep_tokens=0)
+    assert recent == history[12:] and recent[0].role == "user"
+    assert orphaned_tool_messages([m.to_openai() for m in recent]) == []
 
 
 def test_summary_validation_rejects_errors_and_junk() -> None:
@@ -278,3 +298,52 @@ async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_w
     assert runtime.store.count_messages(1) == len(
         runtime.conn.execute("SELECT id FROM messages").fetchall()
     )
+
+
+LONG = " ".join(f"word{i}" for i in range(64))  # ~450 chars, ~115 tokens
+
+
+def _long_chat_responder(request: dict[str, Any]) -> FakeReply:
+    if request["messages"][0]["content"].startswith(SUMMARY_MARKER):
+        return FakeReply(content=GOOD_SUMMARY)
+    return FakeReply(content="Noted. " + " ".join(f"reply{i}" for i in range(40)))
+
+
+def _archived_ids(runtime: Runtime) -> set[int]:
+    paths = runtime.conn.execute("SELECT archive_path FROM compactions").fetchall()
+    text = "".join(_read(path) for (path,) in paths)
+    return {int(n) for n in re.findall(r"^### #(\d+) ·", text, re.MULTILINE)}
+
+
+async def test_forty_long_turns_in_a_2048_window_compact_rarely_and_lose_nothing(
+    tmp_path: Path,
+) -> None:
+    """The issue's run: a llama.cpp-sized window (2,048) that the config does not state."""
+    with FakeOpenAIServer(_long_chat_responder, ServerTraits(n_ctx=2048)) as server:
+        runtime = light_runtime(make_config(tmp_path / "data", server.base_url))
+        try:
+            for n in range(40):
+                reply = await runtime.agent.handle(Inbound("terminal", "l", f"{n}: {LONG}"))
+                assert reply is not None and not reply.is_error, reply
+            rows = runtime.conn.execute(
+                "SELECT trigger, messages_compacted, tokens_after FROM compactions"
+            ).fetchall()
+            compacted = {
+                row[0]
+                for row in runtime.conn.execute(
+                    "SELECT id FROM messages WHERE compaction_id IS NOT NULL"
+                )
+            }
+            assert runtime.store.count_messages(1) == 80  # every message stored
+            assert compacted and _archived_ids(runtime) == compacted
+            profile = load_profile(runtime.store, runtime.llm.model)
+        finally:
+            runtime.close()
+    assert (profile.window, profile.window_source) == (2048, "overflow error")
+    usable = effective_window(2048, runtime.config.llm.max_output_tokens)
+    target = usable * runtime.config.context.compaction_threshold * AFTER_COMPACTION_SHARE
+    print(f"40 turns, 2,048 window: {len(rows)} compactions {rows}; {len(server.refused)} refused")
+    assert 1 <= len(rows) <= 12  # without hysteresis: 36, each of 2 messages
+    threshold = [(count, after) for trigger, count, after in rows if trigger == "threshold"]
+    assert all(count >= 6 and after <= target for count, after in threshold)
+    assert len(server.refused) <= 1  # the one overflow that states the window

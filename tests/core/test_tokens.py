@@ -1,4 +1,4 @@
-"""Token accounting: known windows, the estimate, and calibration that converges and persists."""
+"""Token accounting: the estimate, and calibration that converges and persists."""
 
 from __future__ import annotations
 
@@ -12,16 +12,12 @@ import tiktoken
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.calibration import estimator_for
-from core.config import Config, LLMConfig
+from core.config import Config
 from core.db import connect
 from core.sqlite_store import SqliteSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.tokens import (
-    DEFAULT_WINDOW,
     TokenEstimator,
-    context_window,
-    effective_window,
-    model_window,
     overhead_tokens,
     request_chars,
 )
@@ -33,21 +29,6 @@ def runtime(config: Config) -> Iterator[Runtime]:
     rt = light_runtime(config)
     yield rt
     rt.close()
-
-
-def test_known_windows_longest_prefix_and_default() -> None:
-    assert model_window("gpt-4o-mini") == 128_000
-    assert model_window("gpt-4") == 8_192
-    assert model_window("llama3.2:3b") == 131_072
-    assert model_window("library/qwen2.5-coder:7b") == 32_768
-    assert model_window("some-unknown-model") == DEFAULT_WINDOW
-
-
-def test_effective_window_uses_config_override() -> None:
-    llm = LLMConfig(model="gpt-4o", context_window=16_000, max_output_tokens=1_000)
-    assert context_window(llm) == 16_000
-    assert effective_window(llm) == 15_000
-    assert effective_window(LLMConfig(model="gpt-4o", max_output_tokens=2_000)) == 126_000
 
 
 def test_estimate_counts_chars_tool_calls_and_overheads() -> None:

@@ -81,7 +81,9 @@ async def test_tool_loop_stops_at_the_iteration_limit(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
     runtime.config.agent.max_tool_iterations = 2
-    looping = [FakeReply(tool_calls=[tool_call("get_current_time", {}, f"c{i}")]) for i in range(2)]
+    looping = [
+        FakeReply(tool_calls=[tool_call("get_current_time", {"n": i}, f"c{i}")]) for i in range(2)
+    ]
     fake_llm.add(*looping, FakeReply("Done looping."))
     reply = await runtime.dispatcher(inbound("loop"))
     assert reply is not None and reply.text == "Done looping."
@@ -110,7 +112,7 @@ async def test_failure_keeps_the_user_message_and_the_chat_recovers(
 
 
 async def test_timeout_gives_a_clear_reply(runtime: Runtime, fake_llm: FakeOpenAIServer) -> None:
-    runtime.llm.client = runtime.llm.client.with_options(timeout=0.3)
+    runtime.config.llm.timeout_s = 0.3
     fake_llm.add(FakeReply("too late", delay_s=1.0))
     reply = await runtime.dispatcher(inbound("are you there?"))
     assert reply is not None and reply.is_error and "too long" in reply.text
@@ -155,7 +157,10 @@ async def test_hostile_and_huge_messages_are_stored_whole(
     hostile = "nul\x00byte and a lone surrogate \udc80 end"
     await runtime.dispatcher(inbound(huge))
     await runtime.dispatcher(inbound(hostile))
-    contents = [c for r, c in stored(runtime) if r == "user"]
+    chat = runtime.store.find_chat("terminal", "alice")
+    assert chat is not None
+    everything = runtime.store.messages_between(chat.id, 0, 100)  # compacted ones too
+    contents = [m.content for m in everything if m.role == "user"]
     assert contents[0] == huge
     assert contents[1] == "nulbyte and a lone surrogate ? end"
     sent = json.dumps(fake_llm.requests[0]["messages"])
@@ -182,11 +187,16 @@ async def test_request_layout_keeps_a_stable_prefix(
     static = requests[0][0]["content"]
     assert "Today's date:" in static and "get_current_time" in static
     assert "dynamic fact" not in static
-    for request in requests:
+    for number, request in enumerate(requests, start=1):
         assert request[-1]["role"] == "user"
-        assert request[-2]["role"] == "system" and "dynamic fact" in request[-2]["content"]
-        assert sum("dynamic fact" in (m["content"] or "") for m in request) == 1
-    assert requests[2][:-2] == [*requests[1][:-2], *requests[1][-1:], requests[2][-3]]
+        assert request[-2]["role"] == "system"  # only the line no earlier block showed
+        assert request[-2]["content"].count("dynamic fact") == 1
+        assert f"dynamic fact number {number}" in request[-2]["content"]
+    # Each request is the previous one, its reply, and only then something new: a model
+    # server's KV cache serves the whole earlier request.
+    for earlier, later in zip(requests, requests[1:], strict=False):
+        assert later[: len(earlier)] == earlier
+        assert later[len(earlier)]["role"] == "assistant"
 
 
 async def test_group_messages_show_their_sender_and_unaddressed_ones_are_only_stored(

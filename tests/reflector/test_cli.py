@@ -75,6 +75,22 @@ def test_a_failed_pass_exits_nonzero_and_keeps_the_cursor(
     assert count(db, "SELECT count(*) FROM memory_reflector_state WHERE last_message_id > 0") == 0
 
 
+def test_a_skipped_batch_is_a_visible_warning_in_the_pass_and_the_runs_listing(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    config, db = setup(tmp_path, fake_llm, "[reflector]\nmax_attempts = 1\n")
+    fake_llm.responder = lambda request: FakeReply(content="no JSON from this model")
+    skipped = run_mnemo(["reflect", "--once"], config)
+    assert skipped.returncode == 1
+    assert "WARNING: chat 1: 1 messages" in skipped.stdout and "SKIPPED" in skipped.stdout
+    assert "skipped after 1 failed attempts" in skipped.stdout
+    assert count(db, "SELECT count(*) FROM memory_reflector_state WHERE last_message_id > 0") == 1
+    listing = run_mnemo(["reflect", "--runs", "--chat", "terminal:alice"], config)
+    assert listing.returncode == 0, listing.stderr
+    [line] = listing.stdout.splitlines()
+    assert line.startswith("WARNING: #1 ") and "SKIPPED: no JSON object" in line
+
+
 def test_two_processes_never_reflect_on_the_same_chat(
     tmp_path: Path, fake_llm: FakeOpenAIServer
 ) -> None:

@@ -429,6 +429,9 @@ class NoteContributor:
     def listing(self, chat_id: int) -> str:
         return "[n=1] speaks slowly"
 
+    def schema(self) -> dict[str, Any]:
+        return {"type": "array", "items": {"type": "string"}}
+
     def apply(self, chat_id: int, value: Any, run_id: int) -> str:
         self.conn.execute(
             "INSERT INTO test_notes VALUES (?, ?, ?)", (chat_id, run_id, json.dumps(value))

@@ -119,3 +119,54 @@ def test_run_log_records_successes_and_failures(tmp_path: Path) -> None:
     assert (older.ok, older.added, older.skipped, older.messages_seen) == (True, 2, 1, 3)
     assert [row.id for row in log.recent(limit=1)] == [newest.id]
     conn.close()
+
+
+def test_migration_0009_gives_old_runs_a_status(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = connect(path, migrate=False)
+    migrate(old, upto=8)
+    chat_id, _ = chat_with_messages(old, "a", 1)
+    for ok in (1, 0):
+        old.execute(
+            "INSERT INTO reflector_runs (chat_id, started_at, ok, error) VALUES (?, 'x', ?, ?)",
+            (chat_id, ok, None if ok else "boom"),
+        )
+    old.close()
+    conn = connect(path)
+    assert "m0009_reflector_skips" in applied_names(conn)
+    failed, done = SqliteRunStore(conn).recent(chat_id)
+    assert (failed.status, failed.batch_failed, done.status) == ("failed", False, "done")
+    conn.close()
+
+
+def test_failed_attempts_count_batch_failures_since_the_last_completed_batch(
+    tmp_path: Path,
+) -> None:
+    conn = connect(tmp_path / "m.db")
+    chat_id, ids = chat_with_messages(conn, "a", 3)
+    log = SqliteRunStore(conn)
+
+    def run(status: str, first: int, seen: int, batch_failed: bool) -> None:
+        ok = status == "done"
+        log.record(
+            ChatRun(
+                chat_id,
+                first_message_id=first,
+                last_message_id=first + seen - 1,
+                messages_seen=seen,
+                ok=ok,
+                status=status,
+                batch_failed=batch_failed,
+            )
+        )
+
+    assert log.failed_attempts(chat_id, ids[0]).count == 0
+    run("failed", ids[0], 3, True)
+    run("failed", ids[0], 3, False)  # an outage: not the batch's fault
+    run("failed", ids[0], 2, True)
+    attempts = log.failed_attempts(chat_id, ids[0])
+    assert (attempts.count, attempts.last_seen) == (2, 2)
+    assert log.failed_attempts(chat_id, ids[1]).count == 0
+    run("done", ids[0], 1, False)  # e.g. the cursor was reset and the batch went through
+    assert log.failed_attempts(chat_id, ids[0]).count == 0
+    conn.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reflector.quality import check_fact, has_card_number, has_secret, luhn_valid, normalise
+from memory.quality import check_fact, has_card_number, has_secret, luhn_valid, normalise
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A fake Telegram Bot API server on 127.0.0.1 for the Telegram channel tests.
+"""A fake Telegram Bot API server on 127.0.0.1 for the Telegram tests and benchmarks.
 
 It speaks the real wire protocol (form-encoded POSTs to /bot<token>/<method>, JSON
 answers `{"ok": ..., "result": ...}`), so python-telegram-bot runs unmodified against it.

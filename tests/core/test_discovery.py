@@ -1,0 +1,134 @@
+"""Asking the server about its model (llama.cpp, vLLM, Ollama) and doctor's model probes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from core.config import LLMConfig
+from core.db import connect
+from core.discovery import discover, server_root
+from core.llm import OpenAILLM
+from core.model_profile import load_profile, window_for
+from core.probes import model_checks
+from core.sqlite_store import SqliteSessionStore
+from core.testing.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
+from tests.conftest import make_config
+from tests.core.support import light_runtime
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteSessionStore:
+    return SqliteSessionStore(connect(tmp_path / "db.sqlite"))
+
+
+async def _discover(traits: ServerTraits, store: SqliteSessionStore, model: str) -> str:
+    with FakeOpenAIServer(traits=traits) as server:
+        config = LLMConfig(base_url=server.base_url, model=model)
+        async with httpx.AsyncClient() as client:
+            await discover(client, store, config, model)
+        window = window_for(store, config, model)
+        return f"{window.tokens} {window.source}"
+
+
+def test_server_root_drops_the_v1() -> None:
+    assert server_root("http://localhost:11434/v1/") == "http://localhost:11434"
+    assert server_root("http://h:8080") == "http://h:8080"
+
+
+async def test_llama_cpp_props(store: SqliteSessionStore) -> None:
+    said = await _discover(ServerTraits(props=True, n_ctx=2048), store, "fake-model")
+    assert said == "2048 server /props (n_ctx)"
+
+
+async def test_vllm_max_model_len(store: SqliteSessionStore) -> None:
+    traits = ServerTraits(served=("Qwen/Qwen2.5-7B",), max_model_len=8192)
+    said = await _discover(traits, store, "Qwen/Qwen2.5-7B")
+    assert said == "8192 server /v1/models (max_model_len)"
+
+
+@pytest.mark.parametrize(
+    ("ollama", "expected"),
+    [
+        (OllamaTraits(), "4096 Ollama default num_ctx"),
+        (OllamaTraits(num_ctx=8192), "8192 Ollama num_ctx of the model"),
+        (OllamaTraits(num_ctx=8192, running_ctx=16384), "16384 Ollama /api/ps (loaded model)"),
+    ],
+)
+async def test_ollama_windows(
+    store: SqliteSessionStore, ollama: OllamaTraits, expected: str
+) -> None:
+    said = await _discover(ServerTraits(served=("llama3.2",), ollama=ollama), store, "llama3.2")
+    assert said.startswith(expected)
+
+
+async def test_ollama_model_without_tools_is_remembered(store: SqliteSessionStore) -> None:
+    traits = ServerTraits(served=("gemma",), ollama=OllamaTraits(tools=False))
+    await _discover(traits, store, "gemma")
+    assert load_profile(store, "gemma").tools is False
+
+
+async def test_a_server_that_says_nothing_leaves_the_default(store: SqliteSessionStore) -> None:
+    said = await _discover(ServerTraits(), store, "some-model")
+    assert said.startswith("4096 default")
+
+
+async def test_the_runtime_asks_at_start(tmp_path: Path) -> None:
+    with FakeOpenAIServer(traits=ServerTraits(props=True, n_ctx=2048)) as server:
+        runtime = light_runtime(make_config(tmp_path, server.base_url))
+        try:
+            await runtime.start()
+            assert runtime.planner.window().tokens == 2048
+        finally:
+            await runtime.llm.aclose()
+            runtime.close()
+
+
+async def _checks(traits: ServerTraits, store: SqliteSessionStore, **llm: object) -> dict[str, str]:
+    with FakeOpenAIServer(traits=traits) as server:
+        config = LLMConfig(base_url=server.base_url, model="fake-model", max_retries=0)
+        for key, value in llm.items():
+            setattr(config, key, value)
+        client = OpenAILLM(config)
+        checks = await model_checks(client, store, config)
+        await client.aclose()
+    return {check.name: check.line() for check in checks}
+
+
+async def test_doctor_on_a_server_that_does_everything(store: SqliteSessionStore) -> None:
+    lines = await _checks(ServerTraits(props=True, n_ctx=8192), store)
+    assert all(line.startswith("[ok  ]") for line in lines.values()), lines
+    assert "8192 tokens (server /props" in lines["context window"]
+    profile = load_profile(store, "fake-model")
+    assert (profile.late_system, profile.tools, profile.structured) == (True, True, "json_schema")
+
+
+async def test_doctor_names_each_problem_and_its_fix(store: SqliteSessionStore) -> None:
+    traits = ServerTraits(strict_system=True, no_json_schema=True, tools_dropped=True)
+    lines = await _checks(traits, store)
+    assert (
+        lines["request layout"].startswith("[warn]") and "user message" in lines["request layout"]
+    )
+    assert "--chat_format chatml-function-calling" in lines["tools"]
+    assert lines["structured output"] == "[ok  ] structured output: response_format json_object"
+    assert "server does not say" in lines["context window"]
+    profile = load_profile(store, "fake-model")
+    assert (profile.late_system, profile.tools_in_prompt) == (False, False)
+
+
+async def test_doctor_on_ollama_without_the_model_or_tools(store: SqliteSessionStore) -> None:
+    missing = await _checks(ServerTraits(served=("qwen2.5",), ollama=OllamaTraits()), store)
+    assert missing["model"].startswith("[FAIL]") and "ollama pull fake-model" in missing["model"]
+    assert list(missing) == ["model"]
+    no_tools = ServerTraits(no_tools=True, served=("fake-model", "other"))
+    lines = await _checks(no_tools, store)
+    assert lines["tools"].startswith("[warn]") and "does not do tools" in lines["tools"]
+    assert load_profile(store, "fake-model").tools is False
+
+
+async def test_doctor_warns_when_config_and_server_disagree(store: SqliteSessionStore) -> None:
+    lines = await _checks(ServerTraits(props=True, n_ctx=2048), store, context_window=8192)
+    assert lines["context window"].startswith("[warn]")
+    assert "server says 2048" in lines["context window"]

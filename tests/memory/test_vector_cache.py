@@ -1,0 +1,94 @@
+"""The chats' vectors held in memory: exact, and kept equal to a fresh build through changes."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from core.db import Connection
+from memory import vector_cache
+from memory.sqlite_store import SqliteMemoryStore
+from memory.vector_cache import ChatVectors, chat_vectors
+from tests.memory.test_store import HashEmbedder, chat
+
+WORDS = ["red", "blue", "garden", "roses", "tea", "coffee", "cats", "dogs", "piano", "rain"]
+
+
+def as_dict(vectors: ChatVectors, query: list[float]) -> dict[int, float]:
+    nearest, _ = vectors.search(query, 10_000)
+    return dict(nearest)
+
+
+def test_search_is_exact_and_gathers_the_asked_ids() -> None:
+    rng = np.random.default_rng(1)
+    matrix = rng.normal(size=(50, 8)).astype(np.float32)
+    rows = [(i + 1, matrix[i].tobytes()) for i in range(50)]
+    vectors = ChatVectors.build(rows)
+    query = rng.normal(size=8).tolist()
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    expected = unit @ (np.asarray(query) / np.linalg.norm(query))
+    nearest, hits = vectors.search(query, 5, also=[3, 7, 999])
+    assert [mid for mid, _ in nearest] == [int(i) + 1 for i in np.argsort(-expected)[:5]]
+    assert nearest[0][1] == pytest.approx(float(expected.max()), abs=1e-5)
+    assert set(hits) == {3, 7} and hits[3] == pytest.approx(float(expected[2]), abs=1e-5)
+    assert ChatVectors.build([]).search(query, 5) == ([], {})
+
+
+@pytest.mark.parametrize("recent_min", [256, 2])
+def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch, recent_min: int
+) -> None:
+    monkeypatch.setattr(vector_cache, "RECENT_MIN", recent_min)
+    rng = random.Random(5)
+    chats = [chat(conn, name) for name in "abc"]
+    embedder = HashEmbedder()
+    store = SqliteMemoryStore(conn, embedder)
+    plain = SqliteMemoryStore(conn)  # stores without a vector, embedded later
+    live: list[int] = []
+    scopes = [*chats, None]
+
+    def text() -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5)))
+
+    for step in range(120):
+        action = rng.random()
+        if action < 0.35 or not live:
+            live.append(store.add(rng.choice(scopes), text(), "EVENT", source="t"))
+        elif action < 0.45:
+            live.append(plain.add(rng.choice(scopes), text(), "EVENT", source="t"))
+        elif action < 0.55:
+            store.embed_missing()
+        elif action < 0.7:
+            store.update(rng.choice(live), text())
+        elif action < 0.8:
+            store.archive(live.pop(rng.randrange(len(live))))
+        elif action < 0.9:
+            conn.execute(
+                "UPDATE memories SET chat_id = ? WHERE id = ?",
+                (rng.choice(chats), rng.choice(live)),
+            )
+        else:
+            store.delete(live.pop(rng.randrange(len(live))))
+        if step % 4 == 0:
+            query = embedder.embed_query(text())
+            for chat_id in scopes:
+                fresh = ChatVectors.build(store.vector_rows(chat_id))
+                ours = as_dict(chat_vectors(store, chat_id), query)
+                expected = as_dict(fresh, query)
+                assert ours.keys() == expected.keys()
+                assert all(abs(ours[k] - expected[k]) < 1e-5 for k in ours)
+
+
+def test_a_memory_embedded_later_reaches_the_held_vectors(conn: Connection) -> None:
+    """A vector written after the memory (model load, reindex, upkeep) is a logged change."""
+    a = chat(conn, "a")
+    embedder = HashEmbedder()
+    store = SqliteMemoryStore(conn, embedder)
+    first = store.add(a, "tea in the garden", "EVENT", source="t")
+    later = SqliteMemoryStore(conn).add(a, "roses and rain", "EVENT", source="t")
+    query = embedder.embed_query("roses rain")
+    assert set(as_dict(chat_vectors(store, a), query)) == {first}
+    assert store.embed_missing() == 1
+    assert set(as_dict(chat_vectors(store, a), query)) == {first, later}
