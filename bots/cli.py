@@ -162,7 +162,7 @@ async def _doctor_checks(context: Context) -> list[Check]:
         else:
             checks.append(Check("llm", True, f"{config.llm.base_url} answers ({models})"))
             checks.extend(await model_checks(runtime.llm, runtime.store, config.llm))
-        await runtime.start()
+        await runtime.extensions.start()  # the model checks above already asked the server
         checks.extend(await runtime.extensions.checks())
     finally:
         runtime.close()

@@ -31,6 +31,8 @@ from core.model_profile import (
     Window,
     effective_window,
     load_profile,
+    request_tokens_for,
+    resolve_window,
     tools_enabled,
     window_for,
 )
@@ -61,6 +63,7 @@ class RequestPlan:
     # (user message id, its block) to keep once the request is sent; None when the
     # newest user message already has its block
     context_to_keep: tuple[int, str] | None = None
+    answer_tokens: int = 0  # the max_tokens to send: what the window keeps for the answer
 
     @cached_property
     def tokens(self) -> int:
@@ -111,7 +114,11 @@ class RequestPlanner:
         return window_for(self.store, self.config.llm, self.model)
 
     def parts(
-        self, chat: Chat, pending: Sequence[dict[str, Any]], sections: Sequence[ContextSection]
+        self,
+        chat: Chat,
+        pending: Sequence[dict[str, Any]],
+        sections: Sequence[ContextSection],
+        late_system: bool = True,
     ) -> tuple[RequestParts, tuple[int, str] | None]:
         """The layout of the next request from the stored history and this turn's messages,
         and the block to keep on the newest user message once it is sent.
@@ -133,7 +140,7 @@ class RequestPlanner:
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
             newest=[message_for_request(m, group, limit) for m in newest] + list(pending),
-            late_system=load_profile(self.store, self.model).late_system is not False,
+            late_system=late_system,
             contexts=contexts,
         )
         return parts, (newest[0].id, dynamic) if newest and kept is None else None
@@ -153,12 +160,13 @@ class RequestPlanner:
         """
         config = self.config
         estimator = estimator_for(self.store, config, self.model)
-        profile = load_profile(self.store, self.model)
-        window = self.window()
+        profile = load_profile(self.store, self.model)  # read once per plan
+        window = resolve_window(config.llm, profile)
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
         budgeted = apply_budget(sections, budget)
-        parts, to_keep = self.parts(chat, pending, budgeted.sections)
+        late_system = profile.late_system is not False
+        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system)
         plan = RequestPlan(
             messages=parts.messages(),
             tools=self.tools.schemas() if tools and tools_enabled(config.llm, profile) else None,
@@ -168,6 +176,7 @@ class RequestPlanner:
             parts=_part_tokens(estimator, parts),
             tools_in_prompt=profile.tools_in_prompt is not False,
             context_to_keep=to_keep,
+            answer_tokens=request_tokens_for(window.tokens, config.llm.max_output_tokens),
         )
         if protect_turns is None:
             if plan.share <= config.context.prune_threshold:

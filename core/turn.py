@@ -24,7 +24,7 @@ from core.errors import (
 from core.extensions import Extensions
 from core.llm import LLM, Completion, ToolCall
 from core.loop_guard import RepeatGuard
-from core.model_profile import learn, load_profile, request_tokens_for
+from core.model_profile import learn, load_profile
 from core.request_plan import RequestPlan, RequestPlanner
 from core.store import NewMessage, SessionStore
 from core.text import clean_text
@@ -226,7 +226,6 @@ class Agent:
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate. The
         newest user message keeps the context block it was sent with (`core.context`)."""
-        window = self.planner.window().tokens
         completion = await complete_recorded(
             self.llm,
             self.store,
@@ -234,7 +233,7 @@ class Agent:
             USAGE_KIND,
             plan.messages,
             plan.tools,
-            max_tokens=request_tokens_for(window, self.config.llm.max_output_tokens),
+            max_tokens=plan.answer_tokens,
         )
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)

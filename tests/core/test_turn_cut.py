@@ -11,7 +11,7 @@ from core.api import Inbound
 from core.config import Config
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.turn import CONTINUE_REQUEST, CUT_MARKER, join_parts
-from tests.core.support import light_runtime
+from tests.core.support import light_runtime, stored
 
 
 @pytest.fixture
@@ -19,12 +19,6 @@ def runtime(config: Config) -> Iterator[Runtime]:
     rt = light_runtime(config)
     yield rt
     rt.close()
-
-
-def stored(runtime: Runtime) -> list[tuple[str, str]]:
-    chat = runtime.store.find_chat("terminal", "t")
-    assert chat is not None
-    return [(m.role, m.content) for m in runtime.store.history(chat.id)]
 
 
 async def test_a_cut_reply_is_continued_once_and_joined(
@@ -39,7 +33,7 @@ async def test_a_cut_reply_is_continued_once_and_joined(
         {"role": "assistant", "content": "Why is there a cat"},
         CONTINUE_REQUEST,
     ]
-    assert stored(runtime) == [
+    assert stored(runtime, "t") == [
         ("user", "Tell me a joke."),
         ("assistant", "Why is there a cat in the hat?"),
     ]
@@ -56,7 +50,7 @@ async def test_a_reply_still_cut_after_continuing_says_so(
     reply = await runtime.agent.handle(Inbound("terminal", "t", "Write a novel."))
     expected = f"Chapter one: it was a dark and stormy\n\n{CUT_MARKER}"
     assert reply is not None and reply.text == expected
-    assert stored(runtime)[-1] == ("assistant", expected)
+    assert stored(runtime, "t")[-1] == ("assistant", expected)
     assert len(fake_llm.requests) == 2  # continued once, not more
     await runtime.agent.handle(Inbound("terminal", "t", "go on"))
     users = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]

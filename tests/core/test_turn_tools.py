@@ -13,7 +13,7 @@ from core.api import Inbound
 from core.config import Config
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.turn import NO_ANSWER
-from tests.core.support import light_runtime
+from tests.core.support import light_runtime, stored
 
 
 @pytest.fixture
@@ -21,12 +21,6 @@ def runtime(config: Config) -> Iterator[Runtime]:
     rt = light_runtime(config)
     yield rt
     rt.close()
-
-
-def stored(runtime: Runtime) -> list[tuple[str, str]]:
-    chat = runtime.store.find_chat("terminal", "t")
-    assert chat is not None
-    return [(m.role, m.content) for m in runtime.store.history(chat.id)]
 
 
 async def ask(runtime: Runtime, text: str) -> str:
@@ -51,7 +45,7 @@ async def test_a_repeated_call_is_not_run_again_and_the_model_answers_without_to
     assert "tools" in fake_llm.requests[1] and "tools" not in fake_llm.requests[2]
     results = [m for m in fake_llm.requests[2]["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in results] == ["c1"]
-    assert [role for role, _ in stored(runtime)] == ["user", "assistant", "tool", "assistant"]
+    assert [role for role, _ in stored(runtime, "t")] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_new_calls_beside_a_repeated_one_still_run(
@@ -92,7 +86,7 @@ async def test_a_call_written_as_text_is_never_shown_and_the_model_is_asked_agai
     fake_llm.add(FakeReply(written), FakeReply("It is noon."))
     assert await ask(runtime, "what time is it?") == "It is noon."
     assert "tools" in fake_llm.requests[0] and "tools" not in fake_llm.requests[1]
-    assert stored(runtime) == [("user", "what time is it?"), ("assistant", "It is noon.")]
+    assert stored(runtime, "t") == [("user", "what time is it?"), ("assistant", "It is noon.")]
     assert all(written not in m["content"] for m in fake_llm.requests[1]["messages"])
 
 
@@ -103,7 +97,7 @@ async def test_text_beside_a_written_call_is_kept_without_asking_again(
     fake_llm.add(FakeReply(written))
     assert await ask(runtime, "forget #3") == "Noted, deleting it."
     assert len(fake_llm.requests) == 1
-    assert stored(runtime)[-1] == ("assistant", "Noted, deleting it.")
+    assert stored(runtime, "t")[-1] == ("assistant", "Noted, deleting it.")
 
 
 async def test_an_empty_answer_to_a_request_with_tools_is_asked_once_without(
