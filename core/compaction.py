@@ -1,9 +1,11 @@
-"""Compaction: split the session safely, flush memory, summarise, archive, mark; delete nothing.
+"""Compaction: split the session safely, summarise, flush memory, archive, mark; delete nothing.
 
 `Compactor.compact()` keeps the most recent messages verbatim (starting at a user message,
 so a tool call is never separated from its result), no more than leaves the request at
 half the trigger (hysteresis: the next compaction is many turns away, not one), summarises
-the older part into the session summary (incrementally), archives it as Markdown under
+the older part into the session summary (incrementally; asked as the continuation of the
+chat's own request when it fits, so a caching server evaluates only the instruction),
+lets the extensions save what they learn from it (`before`), archives it as Markdown under
 the chat's data dir and marks its messages with the compaction id. If summarising fails
 the previous summary is kept and only the recent messages are sent from then on (logged,
 status `fallback`).
@@ -15,13 +17,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from core.api import Chat, TurnContext
 from core.calibration import estimator_for
 from core.chat_files import ARCHIVE_DIR, chat_dir
 from core.clock import utc_now
 from core.config import Config
+from core.context import with_context
 from core.llm import LLM
 from core.model_profile import effective_window, window_for
 from core.store import CompactionRecord, SessionStore, StoredMessage
@@ -48,11 +51,18 @@ class CompactionResult:
     error: str = ""
 
 
+def stored_tokens(message: StoredMessage, estimator: TokenEstimator) -> int:
+    """Estimated tokens of a stored message as requests send it: with the context block
+    kept on it (`core.context`), which can be larger than the message itself."""
+    sent = with_context(message.to_openai(), message.context or "", late_system=True)
+    return sum(estimator.message(entry) for entry in sent)
+
+
 def suffix_tokens(history: Sequence[StoredMessage], estimator: TokenEstimator) -> list[int]:
     """`result[i]`: estimated tokens of `history[i:]` (one more entry, 0, at the end)."""
     totals = [0] * (len(history) + 1)
     for index in range(len(history) - 1, -1, -1):
-        totals[index] = totals[index + 1] + estimator.message(history[index].to_openai())
+        totals[index] = totals[index + 1] + stored_tokens(history[index], estimator)
     return totals
 
 
@@ -112,7 +122,7 @@ def session_tokens(
     summary: str | None, history: Sequence[StoredMessage], est: TokenEstimator
 ) -> int:
     tokens = est.text(summary or "")
-    return tokens + sum(est.message(message.to_openai()) for message in history)
+    return tokens + sum(stored_tokens(message, est) for message in history)
 
 
 def archive_markdown(chat: Chat, old: Sequence[StoredMessage], trigger: str, status: str) -> str:
@@ -155,7 +165,8 @@ async def _nothing_to_flush(turn: TurnContext) -> None:
 class Compactor:
     """Compacts a chat's session: built with its store, model client and config.
 
-    `before` runs first (the extensions' `before_compaction`: the reflector saves facts).
+    `before` runs before the old part is marked (the extensions' `before_compaction`: the
+    reflector saves facts).
     `overhead` is the last known size of a request outside its summary and history
     (prefix, tools, dynamic context); `/compact` plans with it.
     """
@@ -167,10 +178,17 @@ class Compactor:
     overhead: int = 0
 
     async def compact(
-        self, turn: TurnContext, trigger: Trigger, overhead: int | None = None
+        self,
+        turn: TurnContext,
+        trigger: Trigger,
+        overhead: int | None = None,
+        conversation: Sequence[dict[str, Any]] = (),
     ) -> CompactionResult | None:
         """Compact the chat's session now, keeping only as much recent history as leaves
-        the request well under the trigger; None when nothing is old enough to compact."""
+        the request well under the trigger; None when nothing is old enough to compact.
+
+        `conversation` is the chat's request as just planned: the summary is asked for as
+        its continuation, so a caching server evaluates only the instruction."""
         config, store, chat = self.config, self.store, turn.chat
         self.overhead = self.overhead if overhead is None else overhead
         estimator = estimator_for(store, config, self.llm.model)
@@ -188,25 +206,32 @@ class Compactor:
         if not old:
             logger.info("nothing to compact in %s (%d messages)", chat.key, len(history))
             return None
-        return await self._compact(turn, trigger, previous, old, recent, estimator, window)
+        return await self._compact(
+            turn, trigger, previous, (old, recent), estimator, window, conversation
+        )
 
     async def _compact(
         self,
         turn: TurnContext,
         trigger: Trigger,
         previous: str | None,
-        old: list[StoredMessage],
-        recent: list[StoredMessage],
+        split: tuple[list[StoredMessage], list[StoredMessage]],
         estimator: TokenEstimator,
         window: int,
+        conversation: Sequence[dict[str, Any]],
     ) -> CompactionResult:
-        """Flush memory, summarise `old`, archive and mark it."""
+        """Flush memory, summarise the old part of `split`, archive and mark it."""
         config, store, chat = self.config, self.store, turn.chat
+        old, recent = split
         before = session_tokens(previous, old + recent, estimator)
-        await self.before(turn)
+        budget = SummaryBudget.of(window, config)
+        first_kept = recent[0] if recent else None
         outcome = await summarise(
-            self.llm, store, chat.id, previous, old, estimator, SummaryBudget.of(window, config)
+            self.llm, store, chat.id, previous, old, estimator, budget, conversation, first_kept
         )
+        # After the summary, whose request continues the chat's cached prompt: a reflector
+        # call first would evict it from a single-slot server's cache.
+        await self.before(turn)
         status: Literal["summarised", "fallback"] = "summarised" if outcome.summary else "fallback"
         if outcome.summary is None:
             logger.warning(

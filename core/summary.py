@@ -18,7 +18,7 @@ from typing import Any
 from core.config import Config
 from core.errors import LLMError
 from core.llm import LLM, is_overflow_message
-from core.model_profile import effective_window, request_tokens_for
+from core.model_profile import request_tokens_for
 from core.store import SessionStore, StoredMessage
 from core.text import clip_middle, strip_think
 from core.tokens import TokenEstimator
@@ -45,7 +45,19 @@ SUMMARY_PROMPT = (
     "holds, change what changed, add what is new, drop what is finished and irrelevant. "
     "Write 'none' under a heading with nothing to say. Output only the summary."
 )
+CONTINUATION_PROMPT = (
+    f"{SUMMARY_MARKER} above, so that you can go on without its older messages. "
+    "{scope}Write the running summary with exactly these Markdown headings:\n"
+    "## Goal\n## Constraints and preferences\n"
+    "## Progress\n(Done / In progress / Blocked)\n## Key decisions\n## Next steps\n"
+    "## Critical context\n(exact names, paths, numbers, ids, commands; copy them verbatim)\n\n"
+    "Keep what still holds from the summary of the earlier conversation (if there is one), "
+    "change what changed, add what is new. Write 'none' under a heading with nothing to "
+    "say. Do not answer the last message. Output only the summary."
+)
+SCOPE_SNIPPET_CHARS = 80
 USAGE_KIND = "compaction"
+SUMMARY_ANSWER_TOKENS = 512  # a summary's own answer budget, above a small max_output_tokens
 ENTRY_MAX_CHARS = 2_000
 MIN_SUMMARY_CHARS = 40
 _HEADING_NAMES = {heading.lower(): heading for heading in HEADINGS}
@@ -60,6 +72,13 @@ class SummaryOutcome:
     calls: int
     messages_summarised: int
     error: str = ""
+
+
+def is_summary_request(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether a request asks for the compaction summary (as a transcript or as the chat's
+    continuation): for fake servers, benches and logs."""
+    ends = (messages[0], messages[-1]) if messages else ()
+    return any(SUMMARY_MARKER in str(message.get("content") or "") for message in ends)
 
 
 def transcript_entry(message: StoredMessage) -> str:
@@ -85,6 +104,32 @@ def summary_request(previous: str | None, part: Sequence[StoredMessage]) -> list
         {"role": "system", "content": SUMMARY_PROMPT},
         {"role": "user", "content": f"{earlier}New messages:\n{body}"},
     ]
+
+
+def continuation_request(
+    conversation: Sequence[dict[str, Any]], first_kept: StoredMessage | None
+) -> list[dict[str, Any]]:
+    """The chat's own request followed by the summary instruction, so a server that caches
+    prompts (llama.cpp, vLLM) evaluates only the instruction, not the conversation again.
+
+    The instruction joins the last message when that is the user's (templates that want
+    user and assistant to alternate refuse two user messages in a row)."""
+    scope = ""
+    if first_kept is not None and first_kept.content:
+        start = " ".join(first_kept.content.split())[:SCOPE_SNIPPET_CHARS]
+        scope = (
+            f"The messages from the one that begins {json.dumps(start, ensure_ascii=False)} "
+            "on stay in the conversation; the summary must hold what matters from the ones "
+            "before it. "
+        )
+    instruction = CONTINUATION_PROMPT.format(scope=scope)
+    messages = [dict(message) for message in conversation]
+    last = messages[-1] if messages else None
+    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+        last["content"] = f"{last['content']}\n\n---\n{instruction}"
+    else:
+        messages.append({"role": "user", "content": instruction})
+    return messages
 
 
 def fit_summary_request(
@@ -156,8 +201,11 @@ class SummaryBudget:
 
     @classmethod
     def of(cls, window: int, config: Config) -> SummaryBudget:
-        max_output = config.llm.max_output_tokens
-        return cls(effective_window(window, max_output), request_tokens_for(window, max_output))
+        """A summary gets its own answer room: at least `SUMMARY_ANSWER_TOKENS` (a small
+        `max_output_tokens` cuts every summary), at most a quarter of the window."""
+        turn_answer = request_tokens_for(window, config.llm.max_output_tokens)
+        answer = max(turn_answer, min(window // 4, SUMMARY_ANSWER_TOKENS))
+        return cls(window - answer, answer)
 
 
 async def summarise(
@@ -168,9 +216,17 @@ async def summarise(
     old: Sequence[StoredMessage],
     estimator: TokenEstimator,
     budget: SummaryBudget,
+    conversation: Sequence[dict[str, Any]] = (),
+    first_kept: StoredMessage | None = None,
 ) -> SummaryOutcome:
-    """Ask the model for the updated summary of `old`; never raises an `LLMError`."""
-    messages, covered = fit_summary_request(previous, old, estimator, budget.prompt_tokens)
+    """Ask the model for the updated summary of `old`; never raises an `LLMError`.
+
+    With `conversation` (the chat's request as just planned) the summary is asked for as
+    its continuation when that fits the window, else from a transcript of `old`."""
+    messages = continuation_request(conversation, first_kept) if conversation else []
+    covered = len(old)
+    if not messages or estimator.request(messages) > budget.prompt_tokens:
+        messages, covered = fit_summary_request(previous, old, estimator, budget.prompt_tokens)
     try:
         completion = await complete_recorded(
             llm, store, chat_id, USAGE_KIND, messages, max_tokens=budget.answer_tokens

@@ -203,7 +203,10 @@ class Agent:
         """The next request: compacted first when its estimate passes the threshold."""
         plan = await self.plan(turn, pending, tools=tools)
         over = plan.share > self.config.context.compaction_threshold
-        if over and await self.compactor.compact(turn, "threshold", overhead(plan)) is not None:
+        if over and (
+            await self.compactor.compact(turn, "threshold", overhead(plan), plan.messages)
+            is not None
+        ):
             plan = await self.plan(turn, pending, tools=tools)
         if plan.tokens > plan.window:
             plan = await self.plan(turn, pending, tools=tools, protect_turns=1)

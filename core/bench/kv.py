@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
 import click
 
@@ -77,8 +77,12 @@ FACTS = (
 )
 
 
-def user_message(turn: int) -> str:
-    """A user message of realistic length (~450 characters) for turn `turn` (1-based)."""
+MessageSize = Literal["long", "short"]
+
+
+def user_message(turn: int, size: MessageSize = "long") -> str:
+    """A user message for turn `turn` (1-based): `long` ~450 characters (a detailed
+    question), `short` ~150 (one detail and the question)."""
     topic = TOPICS[turn % len(TOPICS)]
     values = {
         "person": PEOPLE[turn % len(PEOPLE)],
@@ -88,6 +92,8 @@ def user_message(turn: int) -> str:
         "h": 2 + turn % 5,
     }
     first = DETAILS[turn % len(DETAILS)].format(**values)
+    if size == "short":
+        return f"About {topic}: {first} What should I do next?"
     second = DETAILS[(turn + 2) % len(DETAILS)].format(**values)
     return (
         f"About {topic}: {first} {second} What should I do next, and is there anything"
@@ -134,7 +140,11 @@ class TurnRow:
 
 
 async def run_kv_chat(
-    runtime: ChatRuntime, server: LlamaServer, turns: int, remember_every: int
+    runtime: ChatRuntime,
+    server: LlamaServer,
+    turns: int,
+    remember_every: int,
+    size: MessageSize = "long",
 ) -> list[TurnRow]:
     """The scripted chat through the dispatcher; a row per turn from the server's log."""
     await runtime.start()
@@ -148,7 +158,7 @@ async def run_kv_chat(
         mark = server.log_size()
         compactions = runtime.store.session(chat.id).compaction_count
         began = time.perf_counter()
-        reply = await handle(Inbound(CHANNEL, CHAT_ID, user_message(turn)))
+        reply = await handle(Inbound(CHANNEL, CHAT_ID, user_message(turn, size)))
         seconds = time.perf_counter() - began
         evals = server.prompt_evals(since=mark)
         rows.append(
@@ -245,6 +255,14 @@ def configure_bench(
 @click.option("--max-output", default=128, show_default=True, help="[llm] max_output_tokens.")
 @click.option("--remember-every", default=3, show_default=True, help="0: no memories.")
 @click.option(
+    "--messages",
+    "size",
+    type=click.Choice(["long", "short"]),
+    default="long",
+    show_default=True,
+    help="User messages of ~450 characters, or ~150.",
+)
+@click.option(
     "--template",
     type=click.Choice(["gguf", "strict"]),
     default="gguf",
@@ -264,6 +282,7 @@ def bench_kv(
     window: int,
     max_output: int,
     remember_every: int,
+    size: MessageSize,
     template: str,
     server_python: str,
     keep_log: Path | None,
@@ -279,14 +298,15 @@ def bench_kv(
         raise click.ClickException(str(exc)) from None
     source = current_source()
     settings: dict[str, Any] = {"turns": turns, "window": window, "max_output_tokens": max_output}
-    settings |= {"remember_every": remember_every, "template": template, "model": model.name}
+    settings |= {"remember_every": remember_every, "template": template, "messages": size}
+    settings["model"] = model.name
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-kv-") as tmp:
         with llama_server(model, Path(tmp) / "logs", n_ctx=window, python=server_python) as server:
             configure_bench(source.config, Path(tmp) / "data", server, window, max_output)
             # The runtime `mnemo` builds (bots.runtime.Runtime) has its dispatcher.
             runtime = cast(ChatRuntime, source.runtime())
             try:
-                rows = asyncio.run(run_kv_chat(runtime, server, turns, remember_every))
+                rows = asyncio.run(run_kv_chat(runtime, server, turns, remember_every, size))
             finally:
                 runtime.close()
         if keep_log is not None:

@@ -30,7 +30,7 @@ from core.calibration import estimator_for
 from core.compaction import orphaned_tool_messages
 from core.config import Config, load_config
 from core.db import Connection
-from core.summary import SUMMARY_MARKER
+from core.summary import is_summary_request
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.tokens import overhead_tokens, request_chars
 from core.turn import Agent
@@ -72,7 +72,7 @@ class LongrunServer:
             return FakeReply(status=400, error="context_length_exceeded: request too long")
         if orphaned_tool_messages(messages):
             self.orphaned += 1
-        if messages[0]["content"].startswith(SUMMARY_MARKER):
+        if is_summary_request(messages):
             self.summary_calls += 1
             return FakeReply(content=BENCH_SUMMARY, prompt_tokens=tokens)
         users = sum(message["role"] == "user" for message in messages)

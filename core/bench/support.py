@@ -18,7 +18,7 @@ from core.config import Config, load_config
 from core.db import Connection, connect
 from core.llm import OpenAILLM
 from core.sqlite_store import SqliteSessionStore
-from core.summary import SUMMARY_MARKER
+from core.summary import is_summary_request
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.turn import Agent
 
@@ -82,7 +82,7 @@ def scripted_user_message(turn: int) -> str:
 def scripted_reply(request: dict[str, Any]) -> FakeReply:
     """The fake model of the benchmarks: a summary when asked, else a plain answer."""
     messages = request["messages"]
-    if messages[0]["content"].startswith(SUMMARY_MARKER):
+    if is_summary_request(messages):
         return FakeReply(content=BENCH_SUMMARY)
     last = messages[-1]
     if last["role"] == "tool":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from core.compaction import AFTER_COMPACTION_SHARE, orphaned_tool_messages, spli
 from core.config import Config
 from core.model_profile import effective_window, load_profile
 from core.store import StoredMessage
-from core.summary import SUMMARY_MARKER, fit_summary_request, usable_summary
+from core.summary import (
+    SummaryBudget,
+    continuation_request,
+    fit_summary_request,
+    is_summary_request,
+    summarise,
+    usable_summary,
+)
 from core.testing.fake_openai import (
     FakeOpenAIServer,
     FakeReply,
@@ -133,7 +141,7 @@ def _read(path: str) -> str:
 
 def _summary_responder(summaries: list[str]) -> Any:
     def respond(request: dict[str, Any]) -> FakeReply:
-        if request["messages"][0]["content"].startswith(SUMMARY_MARKER):
+        if is_summary_request(request["messages"]):
             return FakeReply(content=summaries.pop(0) if summaries else GOOD_SUMMARY)
         return echo_responder(request)
 
@@ -146,7 +154,7 @@ async def _chat(runtime: Runtime, chat_id: str, turns: int, size: int = 200) -> 
 
 
 def _summary_requests(server: FakeOpenAIServer) -> list[dict[str, Any]]:
-    return [r for r in server.requests if r["messages"][0]["content"].startswith(SUMMARY_MARKER)]
+    return [r for r in server.requests if is_summary_request(r["messages"])]
 
 
 async def test_compact_command_summarises_marks_and_archives(
@@ -240,7 +248,7 @@ async def test_overflow_error_compacts_and_retries_once(
     reply = await runtime.agent.handle(Inbound("terminal", "o", "after the overflow"))
     assert reply is not None and reply.text == "echo: after the overflow"
     kinds = [
-        "summary" if r["messages"][0]["content"].startswith(SUMMARY_MARKER) else "turn"
+        "summary" if is_summary_request(r["messages"]) else "turn"
         for r in fake_llm.requests[count:]
     ]
     assert kinds == ["turn", "summary", "turn"]
@@ -289,8 +297,8 @@ async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_w
         await runtime.agent.handle(Inbound("terminal", "t", f"turn {n}: " + "v" * 1_500))
     summaries = _summary_requests(fake_llm)
     assert summaries and len(recorder.calls) == len(summaries)
-    for at in recorder.calls:  # the flush happened before the summary request was sent
-        assert fake_llm.requests[at]["messages"][0]["content"].startswith(SUMMARY_MARKER)
+    for at in recorder.calls:  # the flush came right after the summary request
+        assert is_summary_request(fake_llm.requests[at - 1]["messages"])
     estimator = TokenEstimator(4.0)
     for request in fake_llm.requests:
         assert orphaned_tool_messages(request["messages"]) == []
@@ -304,7 +312,7 @@ LONG = " ".join(f"word{i}" for i in range(64))  # ~450 chars, ~115 tokens
 
 
 def _long_chat_responder(request: dict[str, Any]) -> FakeReply:
-    if request["messages"][0]["content"].startswith(SUMMARY_MARKER):
+    if is_summary_request(request["messages"]):
         return FakeReply(content=GOOD_SUMMARY)
     return FakeReply(content="Noted. " + " ".join(f"reply{i}" for i in range(40)))
 
@@ -347,3 +355,91 @@ async def test_forty_long_turns_in_a_2048_window_compact_rarely_and_lose_nothing
     threshold = [(count, after) for trigger, count, after in rows if trigger == "threshold"]
     assert all(count >= 6 and after <= target for count, after in threshold)
     assert len(server.refused) <= 1  # the one overflow that states the window
+
+
+async def test_threshold_summary_continues_the_chats_own_request(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """The summary request is the chat's request plus an instruction, so the turn request
+    before it is its exact prefix (a caching server evaluates only the new part)."""
+    fake_llm.responder = _summary_responder([])
+    for n in range(40):
+        await runtime.agent.handle(Inbound("terminal", "k", f"turn {n}: {LONG}"))
+        if _summary_requests(fake_llm):
+            break
+    requests = fake_llm.requests
+    at = next(i for i, r in enumerate(requests) if is_summary_request(r["messages"]))
+    summary, previous = requests[at]["messages"], requests[at - 1]["messages"]
+    assert not summary[0]["content"].startswith("You maintain")  # the chat's own prefix
+    assert summary[: len(previous)] == previous
+    last = summary[-1]
+    assert last["role"] == "user" and last["content"].startswith("turn ")
+    assert (
+        "## Critical context" in last["content"]
+        and "on stay in the conversation" in last["content"]
+    )
+    assert runtime.store.session(1).summary == GOOD_SUMMARY
+
+
+async def test_compact_command_asks_from_a_transcript(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = _summary_responder([])
+    await _chat(runtime, "c", 8)
+    await runtime.agent.handle(Inbound("terminal", "c", "/compact"))
+    [request] = _summary_requests(fake_llm)
+    assert request["messages"][0]["content"].startswith("You maintain")
+    assert "New messages:\n[#1] user" in request["messages"][1]["content"]
+
+
+async def test_continuation_that_does_not_fit_falls_back_to_a_transcript(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = _summary_responder([])
+    chat = runtime.store.get_or_create_chat("terminal", "z")
+    old = [_message(0, "user", content="x " * 400), _message(1, "assistant")]
+    big = [{"role": "system", "content": "p"}, {"role": "user", "content": "y " * 8_000}]
+    small = [{"role": "system", "content": "p"}, {"role": "user", "content": "y"}]
+    budget = SummaryBudget.of(2_048, runtime.config)
+    estimator = TokenEstimator(4.0)
+    for conversation in (big, small):
+        outcome = await summarise(
+            runtime.llm, runtime.store, chat.id, None, old, estimator, budget, conversation
+        )
+        assert outcome.summary == GOOD_SUMMARY and outcome.messages_summarised == 2
+    transcript, continued = (r["messages"] for r in fake_llm.requests)
+    assert transcript[0]["content"].startswith("You maintain")
+    assert continued[0]["content"] == "p" and continued[1]["content"].startswith("y\n\n---\n")
+
+
+def test_continuation_appends_after_a_tool_result() -> None:
+    conversation = [
+        {"role": "system", "content": "p"},
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    ]
+    messages = continuation_request(conversation, None)
+    assert messages[:3] == conversation and messages[3]["role"] == "user"
+    assert conversation[1]["content"] == "hi"  # the caller's messages are not changed
+
+
+def test_summary_gets_its_own_answer_room(config: Config) -> None:
+    config.llm.max_output_tokens = 128  # would cut every summary
+    budget = SummaryBudget.of(4_096, config)
+    assert (budget.answer_tokens, budget.prompt_tokens) == (512, 4_096 - 512)
+    assert SummaryBudget.of(1_024, config).answer_tokens == 256  # at most a quarter
+    config.llm.max_output_tokens = 900
+    assert SummaryBudget.of(4_096, config).answer_tokens == 900
+
+
+def test_split_counts_the_context_blocks_kept_on_user_messages() -> None:
+    """A user message's kept block is sent with it, so it counts toward what is kept."""
+    estimator = TokenEstimator(4.0)
+    plain = [_message(i, "user" if i % 2 == 0 else "assistant") for i in range(12)]
+    with_blocks = [
+        replace(m, context="<memories>" + "fact " * 200 + "</memories>") if m.role == "user" else m
+        for m in plain
+    ]
+    assert split_for_compaction(plain, 400, 2, estimator)[0] == []
+    old, recent = split_for_compaction(with_blocks, 400, 2, estimator)
+    assert old and len(recent) < len(with_blocks)
