@@ -107,8 +107,15 @@ class DiscordChannel:
         addressed = self._addresses_bot(message, text)
         respond = addressed or self.config.reply_in_guilds == "all"
         users = self.config.allowed_user_ids
-        if users and message.author.id not in users:
-            respond = False  # stored for the group's memory, never answered
+        if respond and users and message.author.id not in users:
+            # Not stored either: kept, it would be a question left for the model to answer
+            # in the next allowed turn. Unaddressed chatter stays as the guild's context.
+            logger.info(
+                "ignored a message for the bot from user %s in %s (not in allowed_user_ids)",
+                message.author.id,
+                chat_id,
+            )
+            return None
         return self._inbound(message, text, chat_id, kind, respond)
 
     def message_text(self, message: discord.Message) -> str:

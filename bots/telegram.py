@@ -3,7 +3,8 @@
 Long polling by default, a webhook when `[telegram] webhook_url` is set. Updates become
 `Inbound`s (see `bots.telegram_inbound`), replies go out through `bots.telegram_delivery`.
 Access control happens here, before the core sees a message: refused messages cost no
-model call and are not stored.
+model call and are not stored. Polling skips an update that cannot be parsed
+(`bots.telegram_updates`); sends go through python-telegram-bot's rate limiter.
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from telegram.constants import ChatAction, ChatType
 from telegram.error import Conflict, NetworkError, TelegramError
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
-from bots.telegram_delivery import deliver
+from bots.telegram_delivery import ReplyRateLimiter, deliver
 from bots.telegram_inbound import (
     BotIdentity,
     addresses_bot,
     for_other_bot,
     message_text,
+    sender_id,
     split_chat_key,
     strip_mention,
     to_inbound,
 )
+from bots.telegram_updates import SkippingUpdatesRequest
 from core.api import Command, Handler, Inbound, Outbound
 from core.config import TelegramConfig
 
@@ -40,6 +43,12 @@ COMMAND_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 REFUSAL = (
     "Sorry, this bot is private. Your Telegram user id is {user_id}; the owner can add it "
     "to [telegram] allowed_user_ids."
+)
+PRIVACY_MODE = (
+    "privacy mode is on for @%s: in groups Telegram shows it only commands, mentions and "
+    "replies to it, so %s. To turn it off: in @BotFather send /setprivacy, pick the bot, "
+    "choose Disable, then remove the bot from each group and add it again (or make it a "
+    "group admin, which sees everything)"
 )
 
 
@@ -79,6 +88,8 @@ class TelegramChannel:
             .base_url(self.config.api_base_url)
             .base_file_url(self.config.api_file_url)
             .concurrent_updates(True)  # the core's Dispatcher keeps each chat in order
+            .get_updates_request(SkippingUpdatesRequest(connection_pool_size=1))
+            .rate_limiter(ReplyRateLimiter())
             .build()
         )
 
@@ -93,6 +104,7 @@ class TelegramChannel:
     async def _start_updates(self, app: Application) -> None:  # type: ignore[type-arg]
         assert app.updater is not None
         username = app.bot.username
+        self._warn_privacy_mode(app.bot)
         if not self.config.webhook_url:
             await app.updater.start_polling(
                 allowed_updates=[Update.MESSAGE],
@@ -118,6 +130,17 @@ class TelegramChannel:
             self.config.webhook_port,
             self.config.webhook_url,
         )
+
+    def _warn_privacy_mode(self, bot: Bot) -> None:
+        """Group messages not addressed to the bot are context (and what the reflector learns
+        from; with reply_in_groups = "all", what it answers): say so when Telegram hides them."""
+        if not bot.can_join_groups or bot.can_read_all_group_messages:
+            return
+        if self.config.reply_in_groups == "all":
+            lost = 'reply_in_groups = "all" cannot answer (or store) any other message'
+        else:
+            lost = "other group messages are neither stored as context nor learnt from"
+        logger.warning(PRIVACY_MODE, bot.username, lost)
 
     async def _register_commands(self, bot: Bot) -> None:
         valid = [c for c in self.commands if _valid_command_name(c.name)]
@@ -162,21 +185,44 @@ class TelegramChannel:
         respond = addressed or (
             self.config.reply_in_groups == "all" and not for_other_bot(text, self._identity)
         )
+        if respond and not self._group_sender_allowed(message):
+            # Not stored either: kept, it would be a question left for the model to answer
+            # in the next allowed turn. Unaddressed chatter stays as the group's context.
+            logger.info(
+                "ignored a message for the bot from %s in group %s (not in allowed_user_ids)",
+                sender_id(message),
+                message.chat.id,
+            )
+            return None
         if addressed:
             text = strip_mention(text, self._identity)
         return to_inbound(message, text, respond=respond)
 
     async def _private_allowed(self, message: Message) -> bool:
-        """Allowed users pass; anyone else gets one refusal per run that shows their id."""
+        """Allowed users pass; anyone else gets one refusal per run that shows their id.
+
+        A private message with no user behind it (no `from`, or sent as a chat) is refused.
+        """
         user = message.from_user
+        if user is None or message.sender_chat is not None:
+            logger.info("refused private message in chat %s: no user sent it", message.chat.id)
+            return False
         allowed = self.config.allowed_user_ids
-        if user is None or not allowed or user.id in allowed:
+        if not allowed or user.id in allowed:
             return True
         logger.info("refused private message from user %s", user.id)
         if user.id not in self._refused:
             self._refused.add(user.id)
             await message.get_bot().send_message(message.chat.id, REFUSAL.format(user_id=user.id))
         return False
+
+    def _group_sender_allowed(self, message: Message) -> bool:
+        """`allowed_user_ids` in groups (unless `allowed_users_in_groups` is off); a message
+        sent as a chat (an anonymous admin, a linked channel) counts as that chat's id."""
+        allowed = self.config.allowed_user_ids
+        if not allowed or not self.config.allowed_users_in_groups:
+            return True
+        return sender_id(message) in allowed
 
     @contextlib.asynccontextmanager
     async def _typing(self, message: Message) -> AsyncIterator[None]:

@@ -6,6 +6,7 @@ placeholder such as `[image] caption`, never the bytes.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from telegram import Message, MessageEntity
 from telegram.constants import ChatType
 
 from core.api import ChatKind, Inbound
+
+logger = logging.getLogger(__name__)
 
 CHANNEL = "telegram"
 
@@ -46,8 +49,21 @@ def split_chat_key(chat_id: str) -> tuple[int, int | None]:
 def message_text(message: Message) -> str | None:
     """The text to store: the message text, or a placeholder plus caption for media.
 
-    None for service messages (members joining, pinned messages, …) that carry no content.
+    None for service messages (members joining, pinned messages, …) that carry no content,
+    and for a message whose text or caption is not a string (Telegram never sends one; a
+    broken proxy might): it is skipped with a log line rather than failing the turn.
     """
+    for field in ("text", "caption"):
+        value = getattr(message, field)
+        if value is not None and not isinstance(value, str):
+            logger.warning(
+                "skipped message %s in chat %s: its %s is not a string but %s",
+                message.message_id,
+                message.chat.id,
+                field,
+                type(value).__name__,
+            )
+            return None
     if message.text:
         return message.text
     placeholder = _media_placeholder(message)
@@ -130,6 +146,14 @@ def to_inbound(message: Message, text: str, respond: bool) -> Inbound:
         respond=respond,
         message_id=str(message.message_id),
     )
+
+
+def sender_id(message: Message) -> int | None:
+    """Who sent `message` for access control: the chat it was sent as (an anonymous admin,
+    a linked channel), else the user; None when neither is known."""
+    if message.sender_chat is not None:
+        return message.sender_chat.id
+    return message.from_user.id if message.from_user is not None else None
 
 
 def sender_name(message: Message) -> str:

@@ -46,6 +46,8 @@ def resolve_chat(store: SessionStore, key: str, *, create: bool = False) -> Chat
 
 
 def is_control_chat(config: Config, chat: Chat) -> bool:
-    """Whether `chat` is listed in `[agent] control_chats` (by key or by platform id)."""
-    controls = config.agent.control_chats
-    return chat.key in controls or chat.external_chat_id in controls
+    """Whether `chat`'s exact `channel:chat_id` key is in `[agent] control_chats`.
+
+    Never by its platform id alone: a chat whose id looks like a key (`terminal:CTRL` typed
+    as a terminal chat id is `terminal:terminal:CTRL`) must not pass as that chat."""
+    return chat.key in config.agent.control_chats

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import ConfigError
 
@@ -52,6 +52,18 @@ class AgentConfig(Section):
     instructions: str = "You are a helpful assistant with a long-term memory."
     max_tool_iterations: int = Field(default=8, ge=1, le=100)
     control_chats: list[str] = Field(default_factory=list)
+    max_reply_chars: int = Field(default=12_000, ge=200)
+
+    @field_validator("control_chats")
+    @classmethod
+    def _chat_keys(cls, keys: list[str]) -> list[str]:
+        """Control chats are matched by their exact `channel:chat_id` key, so a bare id (which
+        would match nothing) is an error here rather than a silent no-op."""
+        for key in keys:
+            channel, sep, chat_id = key.partition(":")
+            if not (sep and channel and chat_id):
+                raise ValueError(f"{key!r} is not a channel:chat_id key (e.g. telegram:12345)")
+        return keys
 
 
 class MemoryConfig(Section):
@@ -98,6 +110,7 @@ class TelegramConfig(Section):
     allowed_user_ids: list[int] = Field(default_factory=list)
     allowed_chat_ids: list[int] = Field(default_factory=list)
     reply_in_groups: Literal["mention", "all"] = "mention"
+    allowed_users_in_groups: bool = True  # allowed_user_ids also decides who is answered in groups
     webhook_url: str = ""
     webhook_listen: str = "127.0.0.1"
     webhook_port: int = Field(default=8443, gt=0, lt=65536)

@@ -6,6 +6,7 @@ MnemoError
 ├── StorageError           database or migration failure
 │   └── LeaseLost          another process took the chat over while this one worked
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
 │   ├── LLMUnavailable     connection refused, 429 or 5xx after retries
@@ -45,6 +46,21 @@ class LeaseLost(StorageError):
 
 class EmbeddingUnavailable(MnemoError):
     """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
+
+
+class DeliveryFailed(MnemoError):
+    """A channel gave up delivering a reply (after waiting out rate limits and retrying).
+
+    `parts_sent` of `parts_total` messages went out before it gave up. `retryable` says
+    whether sending later may work (a rate limit, the network) or not (the bot was
+    blocked, the chat is gone, the platform rejects the text).
+    """
+
+    def __init__(self, message: str, *, parts_sent: int, parts_total: int, retryable: bool) -> None:
+        super().__init__(message)
+        self.parts_sent = parts_sent
+        self.parts_total = parts_total
+        self.retryable = retryable
 
 
 class LLMError(MnemoError):

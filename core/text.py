@@ -1,9 +1,11 @@
-"""Text helpers shared by every package: storing text safely, clipping it, removing reasoning."""
+"""Text helpers shared by every package: storing text safely, clipping and capping it,
+removing reasoning."""
 
 from __future__ import annotations
 
 import re
 
+FENCE_CLOSE = "\n```"
 _THINK = re.compile(r"<(think|thinking|reasoning)>.*?(</\1>|\Z)", re.IGNORECASE | re.DOTALL)
 
 
@@ -27,3 +29,19 @@ def strip_think(text: str) -> str:
     """`text` without `<think>`, `<thinking>` or `<reasoning>` blocks (an unterminated one
     runs to the end), stripped of surrounding whitespace."""
     return _THINK.sub("", text).strip()
+
+
+def cap_reply(text: str, limit: int) -> str:
+    """`text` when it fits in `limit` characters, else its head (cut at a line or word break,
+    an open code fence closed) and a note saying how much was cut. The result never exceeds
+    `limit`, so capping a capped reply changes nothing."""
+    if len(text) <= limit:
+        return text
+    note = f"\n\n… [reply cut at {{:,}} of {len(text):,} characters]"
+    head = text[: limit - len(note.format(limit)) - len(FENCE_CLOSE)]
+    lower = len(head) * 4 // 5  # a line break in the last fifth, else a space, else a hard cut
+    cut = head.rfind("\n", lower)
+    cut = cut if cut > 0 else head.rfind(" ", lower)
+    head = head[:cut] if cut > 0 else head
+    fence = FENCE_CLOSE if head.count("```") % 2 else ""
+    return head + fence + note.format(len(head))

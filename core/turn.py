@@ -27,7 +27,7 @@ from core.loop_guard import RepeatGuard
 from core.model_profile import learn, load_profile
 from core.request_plan import RequestPlan, RequestPlanner
 from core.store import NewMessage, SessionStore
-from core.text import clean_text
+from core.text import cap_reply, clean_text
 from core.tool_results import keep_tool_result
 from core.tool_text import strip_tool_text
 from core.usage import complete_recorded
@@ -129,7 +129,8 @@ class Agent:
     ) -> str:
         """The text the user reads and the history keeps. Without an `answer` yet, or when
         it is empty or only tool calls written as text, the model is asked (once more)
-        without tools; a reply cut at the output limit is continued once."""
+        without tools; a reply cut at the output limit is continued once. Capped at
+        `[agent] max_reply_chars`, so the history keeps what the user was sent."""
         asked_with_tools = answer is not None
         if answer is None:
             answer = await self.call_model(turn, pending, tools=False)
@@ -141,7 +142,7 @@ class Agent:
             text, _ = strip_tool_text(answer.content)
         if answer.finish_reason == "length":
             text = await self.continue_cut(turn, pending, text)
-        return text or NO_ANSWER
+        return cap_reply(text or NO_ANSWER, self.config.agent.max_reply_chars)
 
     async def continue_cut(
         self, turn: TurnContext, pending: list[dict[str, Any]], part: str
@@ -251,6 +252,8 @@ class Agent:
         return completion
 
     def _reply(self, inbound: Inbound, text: str, is_error: bool = False) -> Outbound:
+        """The reply to `inbound`, capped at `[agent] max_reply_chars` (a command's too)."""
+        text = cap_reply(text, self.config.agent.max_reply_chars)
         return Outbound(
             inbound.channel, inbound.chat_id, text, reply_to=inbound.message_id, is_error=is_error
         )

@@ -3,7 +3,8 @@
 It speaks the real wire protocol (form-encoded POSTs to /bot<token>/<method>, JSON
 answers `{"ok": ..., "result": ...}`), so python-telegram-bot runs unmodified against it.
 Tests queue updates with `push_message()`, script failures with `fail_next()` and read
-what the bot sent from `calls`.
+what the bot sent from `calls`. Like the real server, getUpdates with `offset=N` confirms
+and forgets every update below N, and a 429 carries `parameters.retry_after`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ BOT_ID = 777000111
 BOT_USERNAME = "mnemo_test_bot"
 JSON_FIELDS = {"entities", "commands", "reply_parameters", "allowed_updates", "reply_markup"}
 MAX_LONG_POLL_S = 1.0
+MAX_UPDATES = 100  # getUpdates' `limit` when none is given (and its maximum)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Call:
 class Failure:
     status: int
     description: str
+    retry_after: int | None = None
 
 
 def user(user_id: int, first_name: str, username: str = "") -> dict[str, Any]:
@@ -54,7 +57,8 @@ class FakeTelegramServer(LoopbackServer):
         self.calls: list[Call] = []
         self.updates: list[dict[str, Any]] = []
         self.reject_entities = False
-        self._failures: dict[str, list[Failure]] = {}
+        self.reads_all_group_messages = False  # getMe: False while BotFather's privacy mode is on
+        self._failures: dict[str, list[Failure | None]] = {}
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
         self._changed = threading.Condition()
@@ -91,15 +95,29 @@ class FakeTelegramServer(LoopbackServer):
         self.push_update({"message": message})
         return message_id
 
-    def push_update(self, update: dict[str, Any]) -> None:
+    def push_update(self, update: dict[str, Any]) -> int:
+        """Queue a raw update (any fields, even ones Telegram would never send); returns its id."""
         with self._changed:
-            self.updates.append({"update_id": next(self._update_ids), **update})
+            update_id = next(self._update_ids)
+            self.updates.append({"update_id": update_id, **update})
             self._changed.notify_all()
+            return update_id
 
-    def fail_next(self, method: str, status: int, description: str, times: int = 1) -> None:
-        """The next `times` calls of `method` answer with this error."""
+    def fail_next(
+        self,
+        method: str,
+        status: int,
+        description: str,
+        times: int = 1,
+        *,
+        after: int = 0,
+        retry_after: int | None = None,
+    ) -> None:
+        """After `after` more calls of `method` answered normally, the next `times` answer with
+        this error; `retry_after` (with status 429) says how many seconds to wait."""
+        failure = Failure(status, description, retry_after)
         with self._changed:
-            self._failures.setdefault(method, []).extend([Failure(status, description)] * times)
+            self._failures.setdefault(method, []).extend([None] * after + [failure] * times)
 
     def sent(self, method: str = "sendMessage") -> list[dict[str, Any]]:
         with self._changed:
@@ -123,29 +141,44 @@ class FakeTelegramServer(LoopbackServer):
             self.calls.append(Call(method, params))
             self._changed.notify_all()
             failures = self._failures.get(method)
-            if failures:
-                failure = failures.pop(0)
-                return failure.status, _error(failure.status, failure.description)
+            failure = failures.pop(0) if failures else None
+            if failure is not None:
+                error = _error(failure.status, failure.description, failure.retry_after)
+                return failure.status, error
         if method == "getUpdates":
             return 200, {"ok": True, "result": self._updates(params)}
         if method == "getMe":
-            return 200, {"ok": True, "result": {**BOT_USER, "can_join_groups": True}}
+            return 200, {"ok": True, "result": self._me()}
         if method in {"deleteWebhook", "setWebhook", "setMyCommands", "sendChatAction"}:
             return 200, {"ok": True, "result": True}
         if method == "sendMessage":
             return self._send_message(params)
         return 404, _error(404, "Not Found: method not found")
 
+    def _me(self) -> dict[str, Any]:
+        return {
+            **BOT_USER,
+            "can_join_groups": True,
+            "can_read_all_group_messages": self.reads_all_group_messages,
+            "supports_inline_queries": False,
+        }
+
     def _updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """Updates from `offset` on, at most `limit`; those below `offset` are confirmed and
+        dropped for good, so an update is seen again only while its offset is not passed."""
         offset = int(params.get("offset") or 0)
+        limit = min(int(params.get("limit") or MAX_UPDATES), MAX_UPDATES)
         wait = min(float(params.get("timeout") or 0), MAX_LONG_POLL_S)
         deadline = time.monotonic() + wait
         with self._changed:
+            if offset < 0:  # the last -offset updates; all before them are forgotten
+                self.updates = self.updates[offset:]
+            else:
+                self.updates = [u for u in self.updates if u["update_id"] >= offset]
             while True:
-                pending = [u for u in self.updates if u["update_id"] >= offset]
                 left = deadline - time.monotonic()
-                if pending or left <= 0:
-                    return pending
+                if self.updates or left <= 0:
+                    return self.updates[:limit]
                 self._changed.wait(left)
 
     def _send_message(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -195,5 +228,8 @@ def _form(body: str, headers: Any) -> dict[str, Any]:
     return params
 
 
-def _error(status: int, description: str) -> dict[str, Any]:
-    return {"ok": False, "error_code": status, "description": description}
+def _error(status: int, description: str, retry_after: int | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
+    if retry_after is not None:
+        error["parameters"] = {"retry_after": retry_after}
+    return error

@@ -108,7 +108,9 @@ async def test_ignored_messages(harness: Harness, fake_llm: FakeOpenAIServer) ->
     harness.channel.config.allowed_channel_ids = [harness.config.channels[0].id]
     harness.channel.config.allowed_user_ids = [harness.config.members[0].id]
     alice, bob = harness.config.members
-    # Bob may talk in the group (stored) but is not answered even when he mentions the bot.
+    # Bob's talk in the group is stored as context; what he says to the bot is neither
+    # answered nor stored (stored, it would be a question left for the model to answer).
+    await dpytest.message("the meeting moved to Friday", member=bob)
     await dpytest.message(f"{harness.bot_mention} answer me", member=bob)
     # Bob's DM is refused once with his id, and costs no model call.
     dm = await bob.create_dm()
@@ -118,7 +120,8 @@ async def test_ignored_messages(harness: Harness, fake_llm: FakeOpenAIServer) ->
     assert str(bob.id) in refusal.content and "allowed_user_ids" in refusal.content
     assert fake_llm.requests == []
     assert harness.stored(str(dm.id)) == []
-    assert [row[2] for row in harness.stored(str(harness.config.channels[0].id))] == ["answer me"]
+    general = harness.stored(str(harness.config.channels[0].id))
+    assert [row[2] for row in general] == ["the meeting moved to Friday"]
     await dpytest.message("!reset", member=alice)  # a prefix command from an allowed user
     [reset] = sent_messages()
     assert reset.content.startswith("Started a new session")
