@@ -67,11 +67,16 @@ def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> 
         configure_logging(level or "WARNING")
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @click.option("--chat-id", default=None, help="Terminal chat id (default: [terminal] chat_id).")
-@pass_context
-def chat(context: Context, chat_id: str | None) -> None:
-    """Talk to the bot in this terminal (reads one message per line when piped)."""
+@click.pass_context
+def chat(ctx: click.Context, chat_id: str | None) -> None:
+    """Talk to the bot in this terminal (reads one message per line when piped); or
+    export or delete a chat's data (`mnemo chat export|delete CHAT`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    context = ctx.find_object(Context)
+    assert context is not None  # the root group made it
     runtime = context.runtime()
     channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
     try:

@@ -82,7 +82,6 @@ class Runtime:
 
 
 def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtime:
-    config.storage.data_dir.mkdir(parents=True, exist_ok=True)
     conn = connect(config.storage.database_path)
     store = SqliteSessionStore(conn)
     llm = OpenAILLM(config.llm)

@@ -16,6 +16,7 @@ from core.events import Channel, ChatKind, Handler, Inbound, Outbound
 __all__ = [
     "Channel",
     "Chat",
+    "ChatDataSection",
     "ChatKind",
     "Check",
     "Command",
@@ -129,6 +130,19 @@ class Check:
         return f"[{mark}] {self.name}: {self.detail}"
 
 
+@dataclass(frozen=True)
+class ChatDataSection:
+    """One kind of data kept about a chat, in full: a part of `mnemo chat export`.
+
+    `records` are JSON-ready dicts (oldest first); `markdown` says the same for people.
+    """
+
+    key: str
+    title: str
+    records: list[dict[str, Any]]
+    markdown: str
+
+
 class Service(Protocol):
     """A background job (e.g. the reflector scheduler) that runs until cancelled."""
 
@@ -176,3 +190,18 @@ class Extension:
     async def checks(self) -> list[Check]:
         """Lines for `mnemo doctor`."""
         return []
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        """What this extension keeps about `chat`, as {kind: how many}: what `/forgetme`
+        and `mnemo chat delete` list before deleting. A read: it must change nothing."""
+        return {}
+
+    def export_chat(self, chat: Chat) -> list[ChatDataSection]:
+        """Everything this extension keeps about `chat`, for `mnemo chat export`. A read."""
+        return []
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        """Delete everything this extension keeps about `chat` (its rows through its own
+        store, its files); return {kind: how many went}. Extensions forget in reverse
+        registration order, so the built-ins (the chat row itself) go last."""
+        return {}

@@ -1,19 +1,23 @@
 """The built-in commands and tools, as an extension like any other.
 
-Commands: /start, /help, /reset, /compact (compact now) and /context (what the next
-request holds). Tools: `get_current_time` and `read_tool_result`.
+Commands: /start, /help, /reset, /compact (compact now), /context (what the next
+request holds) and /forgetme (delete the chat's data, `core.forget_me`). Tools:
+`get_current_time` and `read_tool_result`. The core's part of a chat's data, for export and
+deletion, is `core.chat_data`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from core.api import Command, Extension, Tool, TurnContext
+from core.api import Chat, ChatDataSection, Command, Extension, Tool, TurnContext
+from core.chat_data import CoreChatData
 from core.clock import utc_now
 from core.compaction import Compactor
 from core.config import Config
 from core.context_report import context_report
 from core.extensions import Extensions
+from core.forget_me import ForgetMe
 from core.request_plan import RequestPlanner
 from core.store import SessionStore
 from core.tool_results import read_tool
@@ -49,6 +53,8 @@ class CoreExtension(Extension):
         self.extensions = extensions
         self.compactor = compactor
         self.planner = planner
+        self.data = CoreChatData(config, store)
+        self.forget_me = ForgetMe(store, extensions)
 
     def tools(self) -> list[Tool]:
         return [TIME_TOOL, read_tool(self.config)]
@@ -64,7 +70,17 @@ class CoreExtension(Extension):
                 "compact", "summarise older messages now (nothing is deleted)", self.compact_command
             ),
             Command("context", "show what the next model request holds", self.context_command),
+            self.forget_me.command(),
         ]
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        return self.data.counts(chat)
+
+    def export_chat(self, chat: Chat) -> list[ChatDataSection]:
+        return self.data.export(chat)
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        return self.data.forget(chat)
 
     async def start_command(self, turn: TurnContext, args: str) -> str:
         name = self.config.agent.name

@@ -67,6 +67,15 @@ def _load_vec(conn: Connection) -> tuple[str | None, str | None]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
+def ensure_data_dir(directory: Path) -> None:
+    """Create the data dir (the database's directory) if it is missing; if it cannot be,
+    a `StorageError` of one line that says why (the CLI prints it, no traceback)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create data_dir {directory}: {exc.strerror or exc}") from None
+
+
 def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) -> Connection:
     """Open (and by default migrate) the database at `path`.
 
@@ -74,7 +83,7 @@ def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) ->
     """
     path = str(path)
     if path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        ensure_data_dir(Path(path).parent)
     try:
         conn: Connection = sqlite3.connect(
             path, isolation_level=None, check_same_thread=False, timeout=10, factory=Connection
@@ -94,6 +103,16 @@ def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) ->
             apply_migrations(conn)
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"migrating {path} failed: {exc}") from exc
+    return conn
+
+
+def open_copy(path: str | Path) -> Connection:
+    """A connection to a database file as it is (no WAL switch, no migration, no
+    extension, no waiting for locks): for backups and restores, which check copies."""
+    conn: Connection = sqlite3.connect(
+        str(path), isolation_level=None, timeout=0, factory=Connection
+    )
+    conn.info = DatabaseInfo(str(path), sqlite3.sqlite_version, None, "not loaded")
     return conn
 
 

@@ -17,6 +17,7 @@ MnemoError
 │   │   ├── ModelMissing       the configured model is not served
 │   │   └── FormatUnsupported  the structured-output request (response_format) is refused
 │   └── LLMBadResponse     the answer could not be parsed
+│       ├── AnswerNotJSON  a 200 whose body is not JSON (a web page, a proxy's error)
 │       └── ReplyInvalid   the answer is not the JSON object the prompt asks for
 └── ToolError              a tool was called with bad arguments or failed
 """
@@ -109,6 +110,11 @@ class FormatUnsupported(LLMRejected):
 
 class LLMBadResponse(LLMError):
     """The model's answer could not be parsed."""
+
+
+class AnswerNotJSON(LLMBadResponse):
+    """The model server answered 200 with a body that is not JSON: often `base_url` names
+    a web page (a UI, a proxy) instead of the OpenAI-compatible API."""
 
 
 class ReplyInvalid(LLMBadResponse):

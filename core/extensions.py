@@ -9,7 +9,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from core.api import Check, Command, ContextSection, Extension, Service, TurnContext
+from core.api import (
+    Chat,
+    ChatDataSection,
+    Check,
+    Command,
+    ContextSection,
+    Extension,
+    Service,
+    TurnContext,
+)
 from core.tools import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -78,3 +87,23 @@ class Extensions:
         for extension in self._items:
             found.extend(await extension.checks())
         return found
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        """What every extension keeps about `chat`: {kind: how many}, kinds with none left out."""
+        found: dict[str, int] = {}
+        for extension in self._items:
+            for kind, count in extension.chat_data(chat).items():
+                found[kind] = found.get(kind, 0) + count
+        return {kind: count for kind, count in found.items() if count}
+
+    def export_chat(self, chat: Chat) -> list[ChatDataSection]:
+        return [section for extension in self._items for section in extension.export_chat(chat)]
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        """Every extension deletes its part, the last registered first: the built-ins,
+        which own the chat row everything else refers to, go last."""
+        gone: dict[str, int] = {}
+        for extension in reversed(self._items):
+            for kind, count in extension.forget_chat(chat).items():
+                gone[kind] = gone.get(kind, 0) + count
+        return gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import re
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from core.config import LLMConfig
 from core.errors import (
+    AnswerNotJSON,
     ContextOverflow,
     FormatUnsupported,
     LLMBadResponse,
@@ -306,33 +308,54 @@ def _json_body(response: httpx.Response) -> Any:
     try:
         return response.json()
     except ValueError as exc:
-        raise LLMBadResponse(
-            f"unusable answer from the model server: not JSON ({response.text[:80]!r})"
+        kind = response.headers.get("content-type", "no content type")
+        raise AnswerNotJSON(
+            f"the model server answered something that is not JSON ({kind}: {response.text[:80]!r})"
         ) from exc
 
 
 def _to_completion(body: Any, latency_ms: int) -> Completion:
+    """A chat completion from its JSON; `LLMBadResponse` for any other shape (never a
+    crash on a field of the wrong type)."""
     choices = body.get("choices") if isinstance(body, dict) else None
     if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise LLMBadResponse("the model server returned no choices")
     choice = choices[0]
     message = choice.get("message") or {}
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(content, str | None):
+        raise LLMBadResponse(f"the model server's message is not a chat message: {message!r:.80}")
     calls = [
         ToolCall(
             str(call.get("id") or f"call_{index}"),
             str(call["function"].get("name") or ""),
-            call["function"].get("arguments") or "{}",
+            _arguments(call["function"].get("arguments")),
         )
-        for index, call in enumerate(message.get("tool_calls") or [])
+        for index, call in enumerate(_list(message.get("tool_calls")))
         if isinstance(call, dict) and isinstance(call.get("function"), dict)
     ]
-    usage = body.get("usage") or {}
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
     return Completion(
-        content=message.get("content") or "",
+        content=content or "",
         tool_calls=calls,
         model=str(body.get("model") or ""),
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
         latency_ms=latency_ms,
         finish_reason=str(choice.get("finish_reason") or ""),
     )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _arguments(value: Any) -> str:
+    """Tool-call arguments as the JSON text OpenAI sends (some servers send the object)."""
+    if isinstance(value, str):
+        return value or "{}"
+    return json.dumps(value) if isinstance(value, dict) else "{}"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

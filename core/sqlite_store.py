@@ -86,6 +86,16 @@ class SqliteSessionStore:
         ).fetchall()
         return [_chat(row) for row in rows]
 
+    def delete_chat(self, chat_id: int) -> int:
+        with transaction(self.conn):
+            # Usage rows hold token counts and timings, no text: kept, without the chat.
+            self.conn.execute("UPDATE llm_usage SET chat_id = NULL WHERE chat_id = ?", (chat_id,))
+            gone = self.conn.execute("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
+            self.conn.execute("DELETE FROM compactions WHERE chat_id = ?", (chat_id,))
+            self.conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
+            self.conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
+        return int(gone.rowcount)
+
     # -- messages ----------------------------------------------------------------------
 
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:

@@ -107,6 +107,12 @@ class SessionStore(Protocol):
         """Chats, oldest first."""
         ...
 
+    def delete_chat(self, chat_id: int) -> int:
+        """Delete the chat: its messages, session, compactions and the chat row (and by
+        cascade anything else that refers to it); its usage rows stay, with no chat.
+        Return how many messages went."""
+        ...
+
     # -- messages
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:
         """Store `messages` in one transaction; return their ids in order."""

@@ -12,7 +12,9 @@ from core.chat_keys import is_control_chat
 from core.compaction import Compactor
 from core.config import Config
 from core.errors import (
+    AnswerNotJSON,
     ContextOverflow,
+    LLMBadResponse,
     LLMError,
     LLMRejected,
     LLMTimeout,
@@ -309,6 +311,16 @@ def user_facing_error(exc: LLMError) -> str:
         return (
             "Sorry, this conversation no longer fits the model's context window, even after"
             " compacting. Your message is saved; try /compact or /reset."
+        )
+    if isinstance(exc, AnswerNotJSON):
+        return (
+            "Sorry, the model server answered something that is not JSON (is [llm] base_url"
+            " its OpenAI-compatible /v1 address? `mnemo doctor` checks it). Your message is saved."
+        )
+    if isinstance(exc, LLMBadResponse):
+        return (
+            "Sorry, the model server's answer was not a chat completion I can read (see the"
+            " log). Your message is saved."
         )
     if isinstance(exc, LLMRejected):
         return (

@@ -29,7 +29,6 @@ def open_keeper(load_model: bool = True) -> Iterator[tuple[MemoryKeeper, SqliteS
     from memory.sqlite_store import SqliteMemoryStore
 
     config = current_config()
-    config.storage.data_dir.mkdir(parents=True, exist_ok=True)
     conn = connect(config.storage.database_path)
     try:
         keeper = MemoryKeeper(

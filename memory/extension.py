@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import logging
 
-from core.api import Check, Command, ContextSection, Extension, Tool, TurnContext
+from core.api import (
+    Chat,
+    ChatDataSection,
+    Check,
+    Command,
+    ContextSection,
+    Extension,
+    Tool,
+    TurnContext,
+)
 from core.config import Config
 from core.errors import ToolError
+from memory.chat_data import export_memory, forget_memory, memory_counts
 from memory.explicit import parse_explicit
 from memory.injection import max_injectable, memories_section
 from memory.keeper import EmbedderFactory, FactRefused, MemoryKeeper
@@ -92,6 +102,15 @@ class MemoryExtension(Extension):
             return str(exc)
         self.keeper.store.delete(memory.id)
         return f"Forgotten: #{memory.id} {memory.content}"
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        return memory_counts(self.keeper, chat)
+
+    def export_chat(self, chat: Chat) -> list[ChatDataSection]:
+        return export_memory(self.keeper, chat)
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        return forget_memory(self.keeper, chat)
 
     async def checks(self) -> list[Check]:
         """What `start()` found: the model, the ranking mode, missing vectors."""

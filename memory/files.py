@@ -74,6 +74,17 @@ class FileMemory:
         os.replace(temporary, path)
         return path
 
+    def delete(self, scope: str, channel: str, chat_id: str) -> bool:
+        """Delete the scope's file (and a write's leftover temporary); True if it existed."""
+        path = self.scope(scope, channel, chat_id).path
+        for leftover in path.parent.glob(f".{FILE_NAME}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
     def sections(
         self, channel: str, chat_id: str, scope_max_chars: int, total_max_chars: int
     ) -> list[ContextSection]:

@@ -68,6 +68,30 @@ def unindex(conn: Connection, memory_id: int) -> None:
         drop_vector(conn, memory_id)
 
 
+def unindex_all(conn: Connection, memory_ids: Sequence[int]) -> None:
+    """Remove memories (about to be deleted) from both indexes and from supersede links."""
+    for start in range(0, len(memory_ids), 500):
+        batch = tuple(memory_ids[start : start + 500])
+        marks = ", ".join("?" * len(batch))
+        conn.execute(f"DELETE FROM memories_fts WHERE rowid IN ({marks})", batch)
+        conn.execute(
+            f"DELETE FROM memory_supersede_edges WHERE old_id IN ({marks}) OR new_id IN ({marks})",
+            batch + batch,
+        )
+        if not vector_table_exists(conn):
+            continue
+        conn.execute(f"DELETE FROM {FLOAT_TABLE} WHERE memory_id IN ({marks})", batch)
+        if conn.info.vec_loaded:
+            conn.execute(f"DELETE FROM {VEC_TABLE} WHERE memory_id IN ({marks})", batch)
+        else:
+            logger.warning(
+                "sqlite-vec is not loaded: the binary codes of %d deleted memories stay in %s"
+                " until `mnemo memory reindex`",
+                len(batch),
+                VEC_TABLE,
+            )
+
+
 def rebuild_keywords(conn: Connection) -> int:
     """Recreate the FTS rows of every active memory; return how many."""
     conn.execute("DELETE FROM memories_fts")
@@ -397,3 +421,14 @@ def prune_log(conn: Connection) -> int:
             "INSERT INTO memory_changes (scope, memory_id) VALUES (?, ?)", (PRUNED_SCOPE, cutoff)
         )
     return int(gone)
+
+
+def forget_scope_log(conn: Connection, chat_id: int) -> None:
+    """Drop a deleted chat's change-log entries, leaving a pruned-log marker in their place:
+    in-process keyword lists and vectors (of any process) older than the marker are rebuilt
+    from the rows, so none keeps a deleted memory, and no entry names the chat any more."""
+    through = log_end(conn)
+    conn.execute("DELETE FROM memory_changes WHERE scope = ?", (scope_of(chat_id),))
+    conn.execute(
+        "INSERT INTO memory_changes (scope, memory_id) VALUES (?, ?)", (PRUNED_SCOPE, through)
+    )

@@ -201,6 +201,15 @@ class SqliteMemoryStore:
             index.unindex(self.conn, memory_id)
             self.conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
 
+    def forget_chat(self, chat_id: int) -> int:
+        with transaction(self.conn):
+            rows = self.conn.execute("SELECT id FROM memories WHERE chat_id = ?", (chat_id,))
+            ids = [int(row[0]) for row in rows]
+            index.unindex_all(self.conn, ids)
+            self.conn.execute("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
+            index.forget_scope_log(self.conn, chat_id)
+        return len(ids)
+
     def supersede(self, old_id: int, new_id: int) -> None:
         with transaction(self.conn):
             self.archive(old_id)

@@ -160,6 +160,11 @@ class MemoryStore(Protocol):
         """Archive `old_id` and record that `new_id` replaced it."""
         ...
 
+    def forget_chat(self, chat_id: int) -> int:
+        """Delete every memory of the chat, archived ones too, with their index rows,
+        vectors, supersede links and change-log entries; return how many memories went."""
+        ...
+
     # -- reads
     def get(self, memory_id: int) -> Memory | None: ...
 

@@ -30,7 +30,6 @@ def open_reflector(config: Config) -> Iterator[Reflector]:
     from reflector.playbook import default_contributors
     from reflector.reflection import sqlite_reflector
 
-    config.storage.data_dir.mkdir(parents=True, exist_ok=True)
     conn = connect(config.storage.database_path)
     try:
         contributors = default_contributors(SqliteStrategyStore(conn))

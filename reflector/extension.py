@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from core.api import Check, Extension, Service, TurnContext
+from core.api import Chat, Check, Extension, Service, TurnContext
 from core.config import Config
 from reflector.reflection import Reflector
 from reflector.scheduler import ReflectorService
 
 logger = logging.getLogger(__name__)
+
+RUNS = "reflector runs"
 
 
 class ReflectorExtension(Extension):
@@ -49,3 +51,13 @@ class ReflectorExtension(Extension):
             last = f"last run {row.finished_at} {outcome}"
         detail = f"every {self.config.reflector.interval_mins:g} min, model {self.reflector.model}"
         return [Check("reflector", True, f"{detail}; {last}", fatal=False)]
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        return {RUNS: self.reflector.runs.count(chat.id)}
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        """The chat's cursor, lease and run log; a pass still working on it loses its lease
+        and stores nothing."""
+        self.reflector.cursor.forget_chat(chat.id)
+        self.reflector.leases.forget_chat(chat.id)
+        return {RUNS: self.reflector.runs.forget_chat(chat.id)}

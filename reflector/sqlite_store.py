@@ -78,6 +78,9 @@ class SqliteCursorStore:
             (chat_id, position),
         )
 
+    def forget_chat(self, chat_id: int) -> None:
+        self.conn.execute("DELETE FROM memory_reflector_state WHERE chat_id = ?", (chat_id,))
+
 
 def new_owner_id() -> str:
     """A token unique to one claim: host, process and a random part."""
@@ -124,6 +127,9 @@ class SqliteLeaseStore:
             "DELETE FROM reflector_leases WHERE chat_id = ? AND owner = ?",
             (lease.chat_id, lease.owner),
         )
+
+    def forget_chat(self, chat_id: int) -> None:
+        self.conn.execute("DELETE FROM reflector_leases WHERE chat_id = ?", (chat_id,))
 
 
 _RUN_COLUMNS = (
@@ -187,6 +193,14 @@ class SqliteRunStore:
             (chat_id, first_message_id, chat_id),
         ).fetchall()
         return FailedAttempts(len(rows), int(rows[0][0]) if rows else 0)
+
+    def count(self, chat_id: int) -> int:
+        row = self.conn.execute("SELECT count(*) FROM reflector_runs WHERE chat_id = ?", (chat_id,))
+        return int(row.fetchone()[0])
+
+    def forget_chat(self, chat_id: int) -> int:
+        gone = self.conn.execute("DELETE FROM reflector_runs WHERE chat_id = ?", (chat_id,))
+        return int(gone.rowcount)
 
 
 def _run_row(row: tuple[Any, ...]) -> RunRow:

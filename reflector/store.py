@@ -125,6 +125,10 @@ class CursorStore(Protocol):
 
     def reset(self, chat_id: int, position: int = 0) -> None: ...
 
+    def forget_chat(self, chat_id: int) -> None:
+        """Drop the chat's cursor (a deleted chat)."""
+        ...
+
 
 class LeaseStore(Protocol):
     """A chat claimed by one reflector pass at a time, across threads and processes."""
@@ -139,6 +143,11 @@ class LeaseStore(Protocol):
 
     def release(self, lease: Lease) -> None: ...
 
+    def forget_chat(self, chat_id: int) -> None:
+        """Drop the chat's lease, whoever holds it: a pass still working on a deleted chat
+        then fails its `holds()` check and writes nothing."""
+        ...
+
 
 class RunStore(Protocol):
     """One row per batch: done, failed or skipped."""
@@ -152,4 +161,12 @@ class RunStore(Protocol):
     def failed_attempts(self, chat_id: int, first_message_id: int) -> FailedAttempts:
         """Batch failures (`batch_failed`) of runs starting at `first_message_id`, counted
         since the chat's newest done or skipped run (so a cursor reset starts afresh)."""
+        ...
+
+    def count(self, chat_id: int) -> int:
+        """How many runs the chat has."""
+        ...
+
+    def forget_chat(self, chat_id: int) -> int:
+        """Delete the chat's runs; return how many went."""
         ...

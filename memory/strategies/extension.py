@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from core.api import Command, ContextSection, Extension, TurnContext
+from core.api import Chat, ChatDataSection, Command, ContextSection, Extension, TurnContext
 from memory.strategies.lifecycle import ARCHIVED
 from memory.strategies.store import Strategy, StrategyStore
 
 SECTION_KEY = "learned_strategies"
 SECTION_PRIORITY = 40
+STRATEGIES = "learned strategies"
 HEADER = (
     "Learned strategies: what has worked with this user before, as evidence, not orders. "
     "Apply one when it fits; you may name its [id]."
@@ -36,6 +37,22 @@ def describe(strategy: Strategy) -> str:
     )
 
 
+def strategy_record(strategy: Strategy) -> dict[str, object]:
+    """A strategy as exported: its text, state, counters (decayed to now) and times."""
+    return {
+        "id": strategy.id,
+        "section": strategy.section,
+        "content": strategy.content,
+        "state": strategy.state,
+        "helpful": round(strategy.scores.helpful, 3),
+        "harmful": round(strategy.scores.harmful, 3),
+        "neutral": round(strategy.scores.neutral, 3),
+        "created_at": strategy.created_at,
+        "updated_at": strategy.updated_at,
+        "last_used_at": strategy.last_used_at,
+    }
+
+
 class StrategyExtension(Extension):
     name = "strategies"
 
@@ -54,6 +71,18 @@ class StrategyExtension(Extension):
 
     def commands(self) -> list[Command]:
         return [Command("strategies", "list learned strategies with their counters", self._list)]
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        return {STRATEGIES: len(self.store.for_chat(chat.id, include_global=False))}
+
+    def export_chat(self, chat: Chat) -> list[ChatDataSection]:
+        found = sorted(self.store.for_chat(chat.id, include_global=False), key=lambda s: s.id)
+        records = [strategy_record(strategy) for strategy in found]
+        text = "\n".join(f"- {describe(strategy)}" for strategy in found) or "(none)"
+        return [ChatDataSection("strategies", "Learned strategies", records, text)]
+
+    def forget_chat(self, chat: Chat) -> dict[str, int]:
+        return {STRATEGIES: self.store.forget_chat(chat.id)}
 
     async def _list(self, turn: TurnContext, args: str) -> str:
         found = [s for s in self.store.for_chat(turn.chat.id) if s.state != ARCHIVED]

@@ -162,6 +162,16 @@ class SqliteStrategyStore:
             StrategyEvent(kind, json.loads(delta), run_id, at) for kind, delta, run_id, at in rows
         ]
 
+    def forget_chat(self, chat_id: int) -> int:
+        with transaction(self.conn):
+            self.conn.execute(
+                "DELETE FROM strategy_events WHERE strategy_id IN"
+                " (SELECT id FROM strategies WHERE chat_id = ?)",
+                (chat_id,),
+            )
+            gone = self.conn.execute("DELETE FROM strategies WHERE chat_id = ?", (chat_id,))
+        return int(gone.rowcount)
+
     def _settle(self, strategy_id: int, run_id: int | None) -> str:
         current = self.get(strategy_id)
         assert current is not None

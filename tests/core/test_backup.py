@@ -1,0 +1,111 @@
+"""`mnemo backup` copies a database that another connection keeps writing to, and
+`mnemo restore` puts a copy back (refused while another process has the database open)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from core.db import connect, open_copy
+from core.sqlite_store import SqliteSessionStore
+from core.store import NewMessage
+from core.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import run_mnemo, write_config
+
+
+def pairs(path: Path) -> tuple[int, int, list[str]]:
+    """(messages, highest id, integrity verdict) of a database file."""
+    conn = open_copy(path)
+    conn.execute("PRAGMA busy_timeout = 10000")  # the live database is being written to
+    try:
+        count, highest = conn.execute(
+            "SELECT count(*), coalesce(max(id), 0) FROM messages"
+        ).fetchone()
+        verdict = [row[0] for row in conn.execute("PRAGMA integrity_check")]
+    finally:
+        conn.close()
+    return int(count), int(highest), verdict
+
+
+def test_backup_while_another_connection_writes_is_consistent_and_restorable(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    database = data / "mnemo.db"
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
+    setup = connect(database)
+    chat = SqliteSessionStore(setup).get_or_create_chat("terminal", "busy")
+    setup.close()
+    stop = threading.Event()
+
+    def write() -> None:  # a question and its answer, always committed together
+        writer = connect(database)
+        store, n = SqliteSessionStore(writer), 0
+        while not stop.is_set():
+            store.append(chat.id, [NewMessage("user", f"q{n} " * 50), NewMessage("assistant", "a")])
+            n += 1
+            time.sleep(0.001)
+        writer.close()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        while pairs(database)[0] < 200:
+            time.sleep(0.05)
+        copies = [tmp_path / f"copy{i}.db" for i in range(3)]
+        said = []
+        for copy in copies:
+            result = run_mnemo(["backup", str(copy)], config)
+            assert result.returncode == 0, result.stderr
+            assert f"wrote {copy}" in result.stdout and "integrity ok" in result.stdout
+            said.append(result.stdout)
+    finally:
+        stop.set()
+        thread.join()
+    counts = []
+    for copy, output in zip(copies, said, strict=True):
+        count, highest, verdict = pairs(copy)
+        assert verdict == ["ok"] and count % 2 == 0 and count == highest  # no torn commit
+        assert f"messages {count:,}" in output
+        assert not copy.with_name(copy.name + "-wal").exists()  # one self-contained file
+        counts.append(count)
+    assert counts == sorted(counts) and counts[0] < pairs(database)[0]
+
+    held = connect(database)  # e.g. a bot still running
+    refused = run_mnemo(["restore", str(copies[0]), "--yes"], config)
+    assert refused.returncode != 0 and "in use by another process" in refused.stderr
+    assert pairs(database)[0] > counts[0]
+    held.close()
+    restored = run_mnemo(["restore", str(copies[0]), "--yes"], config)
+    assert restored.returncode == 0, restored.stderr
+    assert f"messages {counts[0]:,}" in restored.stdout
+    [safety] = data.glob("mnemo.db.before-restore-*")
+    assert pairs(safety)[0] > counts[0]  # what the restore replaced is kept
+    conn = connect(database)  # a restart opens the restored database as usual
+    store = SqliteSessionStore(conn)
+    assert store.count_messages(chat.id) == counts[0]
+    assert store.messages_between(chat.id, 0, 1)[0].content.startswith("q0 ")
+    conn.close()
+
+
+def test_backup_refuses_to_overwrite_and_names_a_file_in_a_directory(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
+    missing = run_mnemo(["backup", str(tmp_path / "x.db")], config)
+    assert missing.returncode != 0 and "no database at" in missing.stderr
+    connect(data / "mnemo.db").close()
+    target = tmp_path / "taken.db"
+    target.write_text("something else", encoding="utf-8")
+    taken = run_mnemo(["backup", str(target)], config)
+    assert taken.returncode != 0 and "exists" in taken.stderr
+    assert target.read_text(encoding="utf-8") == "something else"
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    assert run_mnemo(["backup", str(folder)], config).returncode == 0
+    [made] = folder.glob("mnemo-*.db")
+    assert pairs(made)[2] == ["ok"]
+    not_mnemo = run_mnemo(["restore", str(target), "--yes"], config)
+    assert not_mnemo.returncode != 0 and "Error:" in not_mnemo.stderr

@@ -1,0 +1,42 @@
+"""A `data_dir` that cannot be created stops every command with one line, no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import run_mnemo, write_config
+
+COMMANDS = [
+    ["chat"],
+    ["run"],
+    ["inspect", "terminal:local"],
+    ["memory", "list", "--chat", "terminal:local"],
+    ["reflect", "--once"],
+    ["reflect", "--runs"],
+    ["reflector"],
+    ["strategies", "list"],
+    ["chat", "export", "terminal:local"],
+    ["chat", "delete", "terminal:local", "--yes"],
+]
+
+
+@pytest.mark.parametrize("where", ["under a file", "in /proc"])
+def test_an_uncreatable_data_dir_is_one_line_for_every_command(
+    tmp_path: Path, fake_llm: FakeOpenAIServer, where: str
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory", encoding="utf-8")
+    data = blocker / "data" if where == "under a file" else Path("/proc/mnemo-test/data")
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
+    for command in COMMANDS:
+        result = run_mnemo(command, config, stdin="hello\n")
+        assert result.returncode != 0, command
+        [line] = result.stderr.splitlines() or [""]
+        assert line.startswith(f"mnemo: cannot create data_dir {data}: "), (command, result.stderr)
+        assert where != "under a file" or line.endswith(": Not a directory")
+    doctor = run_mnemo(["doctor"], config)
+    assert doctor.returncode == 1 and "Traceback" not in doctor.stdout + doctor.stderr
+    assert f"[FAIL] database: cannot create data_dir {data}" in doctor.stdout
