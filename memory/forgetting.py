@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from memory.store import Tombstone, Vector
 from memory.terms import content_terms, jaccard_sets
@@ -53,8 +54,10 @@ def _stem(word: str) -> str:
     return word
 
 
+@lru_cache(maxsize=8192)
 def fact_terms(text: str, speaker: str = "") -> frozenset[str]:
-    """The content words of `text` read in the third person, lightly stemmed."""
+    """The content words of `text` read in the third person, lightly stemmed (cached: a
+    chat's tombstones are compared with every fact of every pass)."""
     return frozenset(_stem(term) for term in content_terms(third_person(text, speaker)))
 
 
