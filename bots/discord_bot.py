@@ -191,6 +191,7 @@ class DiscordChannel:
             chat_title=title,
             respond=respond,
             message_id=str(message.id),
+            sender_is_admin=is_moderator(message.author),
         )
 
     # --- outbound --------------------------------------------------------------------
@@ -236,3 +237,9 @@ def _attachment_placeholder(attachment: discord.Attachment) -> str:
     if content_type.startswith("image/") or attachment.filename.lower().endswith(IMAGE_SUFFIXES):
         return "[image]"
     return f"[file: {attachment.filename}]"
+
+
+def is_moderator(author: discord.User | discord.Member) -> bool:
+    """A guild member who may manage others' messages (so may forget others' memories);
+    read from the member's cached permissions, no API call."""
+    return isinstance(author, discord.Member) and author.guild_permissions.manage_messages

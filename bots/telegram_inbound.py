@@ -145,6 +145,7 @@ def to_inbound(message: Message, text: str, respond: bool) -> Inbound:
         chat_title=message.chat.title or "",
         respond=respond,
         message_id=str(message.message_id),
+        sender_is_admin=anonymous_admin(message),
     )
 
 
@@ -154,6 +155,13 @@ def sender_id(message: Message) -> int | None:
     if message.sender_chat is not None:
         return message.sender_chat.id
     return message.from_user.id if message.from_user is not None else None
+
+
+def anonymous_admin(message: Message) -> bool:
+    """A group admin posting as the group itself: only admins can (Telegram sets the
+    group as `sender_chat`). Other admins would take a getChatMember call per message."""
+    sender_chat = message.sender_chat
+    return sender_chat is not None and sender_chat.id == message.chat.id
 
 
 def sender_name(message: Message) -> str:

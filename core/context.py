@@ -57,10 +57,21 @@ def static_prefix(config: Config, tool_names: Sequence[str], today: date) -> str
     return "\n\n".join(part for part in parts if part)
 
 
+_TAG_OPEN = re.compile(r"<(?=\s*/?\s*[A-Za-z_!?|])")
+
+
+def fence_safe(text: str) -> str:
+    """`text` unable to close or open a tag: a `<` that would start one (`</memories>`,
+    `< / Context >`, `<system>`) becomes `&lt;`, so a block's content stays inside it."""
+    return _TAG_OPEN.sub("&lt;", text)
+
+
 def render_dynamic(sections: Sequence[ContextSection]) -> str:
-    """The dynamic-context message: each non-empty section in a tagged block."""
+    """The dynamic-context message: each non-empty section in a tagged block, its text
+    fence-safe (memories and notes are user-written data)."""
     blocks = [
-        f'<{section.key} source="{section.source}">\n{section.text.strip()}\n</{section.key}>'
+        f'<{section.key} source="{section.source}">\n'
+        f"{fence_safe(section.text.strip())}\n</{section.key}>"
         for section in sections
         if section.text.strip()
     ]
@@ -94,7 +105,7 @@ def unseen_sections(
         for line in section.text.strip().split("\n"):
             if line.lstrip().startswith("#"):
                 heading = line
-            elif line.strip() and line not in seen:
+            elif line.strip() and fence_safe(line) not in seen:
                 if heading and heading not in lines:
                     lines.append(heading)
                 lines.append(line)

@@ -16,6 +16,8 @@ class Inbound:
     `chat_id` is the platform's id of the conversation (for a forum topic or thread
     the adapter encodes it, e.g. `"-100123:42"`). `respond` is False for messages the
     core must store but not answer (a group message that does not address the bot).
+    `sender_is_admin`: the platform says the sender administers this group (memory lets
+    an admin forget any group memory).
     """
 
     channel: str
@@ -27,6 +29,7 @@ class Inbound:
     chat_title: str = ""
     respond: bool = True
     message_id: str = ""
+    sender_is_admin: bool = False
 
 
 @dataclass(frozen=True)

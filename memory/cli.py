@@ -1,4 +1,4 @@
-"""`mnemo memory list|search|add|forget|prepare|reindex`.
+"""`mnemo memory list|search|add|forget|forgotten|prepare|reindex`.
 
 Imports are light at module level (click only) so `mnemo --help` stays fast; the model
 and the database are opened inside the commands.
@@ -60,7 +60,7 @@ def _target(
 
 @click.group("memory")
 def memory_group() -> None:
-    """Structured memories of a chat: list, search, add, forget, reindex."""
+    """Structured memories of a chat: list, search, add, forget, forgotten, reindex."""
 
 
 @memory_group.command("list")
@@ -120,13 +120,17 @@ def add_command(
     confidence: float,
     expires: str | None,
 ) -> None:
-    """Add a memory to a chat (or a global one)."""
+    """Add a memory to a chat (or a global one); the quality gate applies, as in chats."""
     from core.errors import InputError
+    from memory.keeper import FactRefused, gated
     from memory.store import clean_content, clean_expiry
 
     try:  # check the input before the (slow) model load
         clean_content(content)
         clean_expiry(expires)
+        content = gated(content)
+    except FactRefused as exc:
+        raise click.ClickException(str(exc)) from exc
     except InputError as exc:
         raise click.BadParameter(str(exc)) from exc
     with open_keeper() as (keeper, sessions):
@@ -142,16 +146,41 @@ def add_command(
 
 @memory_group.command("forget")
 @chat_option
-@click.argument("memory_id", type=int)
+@click.argument("memory_id", type=click.IntRange(1, 2**63 - 1))
 def forget_command(chat: str | None, global_: bool, memory_id: int) -> None:
-    """Delete memory MEMORY_ID of the chat (or a global one)."""
+    """Forget memory MEMORY_ID of the chat (or a global one), leaving a tombstone so the
+    reflector does not learn it again (see `mnemo memory forgotten`)."""
     with open_keeper(load_model=False) as (keeper, sessions):
         chat_id = _target(sessions, chat, global_)
         memory = keeper.store.get(memory_id)
         if memory is None or memory.chat_id != chat_id:
             raise click.ClickException(f"no memory #{memory_id} in that scope")
-        keeper.store.delete(memory_id)
+        keeper.store.forget(memory_id, forgotten_by="the operator (mnemo memory forget)",
+                            speaker=memory.sender_name)  # fmt: skip
         click.echo(f"forgot #{memory_id} {memory.content}")
+
+
+@memory_group.command("forgotten")
+@chat_option
+@click.option("--lift", "lift_ids", type=int, multiple=True, help="Drop this tombstone (by id).")
+def forgotten_command(chat: str | None, global_: bool, lift_ids: tuple[int, ...]) -> None:
+    """List the tombstones of forgotten memories (the reflector does not learn them
+    again), or drop some with --lift."""
+    with open_keeper(load_model=False) as (keeper, sessions):
+        chat_id = _target(sessions, chat, global_)
+        tombstones = keeper.store.tombstones(chat_id)
+        if lift_ids:
+            known = {t.id for t in tombstones}
+            missing = sorted(set(lift_ids) - known)
+            if missing:
+                raise click.ClickException(f"no tombstone {missing} in that scope")
+            keeper.store.lift_tombstones(list(lift_ids))
+            click.echo(f"lifted {len(lift_ids)} tombstones")
+            return
+        for t in tombstones:
+            click.echo(f"{t.id}  {t.forgotten_at[:16]}  #{t.memory_id} {t.content}  "
+                       f"(forgotten by {t.forgotten_by})")  # fmt: skip
+        click.echo(f"{len(tombstones)} tombstones", err=True)
 
 
 @memory_group.command("prepare")

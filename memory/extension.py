@@ -15,13 +15,13 @@ from core.api import (
     TurnContext,
 )
 from core.config import Config
-from core.errors import ToolError
+from core.errors import InputError, ToolError
 from memory.chat_data import export_memory, forget_memory, memory_counts
 from memory.explicit import parse_explicit
 from memory.injection import max_injectable, memories_section
-from memory.keeper import EmbedderFactory, FactRefused, MemoryKeeper
-from memory.store import MemoryStore
-from memory.tools import MemoryTools, access_of
+from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
+from memory.store import MemoryStore, parse_memory_id
+from memory.tools import MemoryTools
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +76,9 @@ class MemoryExtension(Extension):
         if not fact:
             return "Tell me what to remember, e.g. `remember: my sister is called Ana`."
         try:
-            memory_id, updated = self.keeper.remember(turn.chat.id, fact)
+            memory_id, updated = self.keeper.remember(self.keeper.access(turn), fact)
         except FactRefused as exc:
-            return f"I did not save that: {exc.why}."
+            return f"Not stored: {exc.why}."
         return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
 
     async def memory_command(self, turn: TurnContext, args: str) -> str:
@@ -93,14 +93,14 @@ class MemoryExtension(Extension):
         return "\n".join(lines)
 
     async def forget_command(self, turn: TurnContext, args: str) -> str:
-        text = args.strip().lstrip("#")
-        if not text.isdigit():
-            return "Usage: /forget ID (the #number shown by /memory)"
+        """Forget one memory for good: a tombstone keeps the reflector from learning it
+        again from the messages that still say it."""
+        if not args.strip():
+            return USAGE
         try:
-            memory = self.keeper.owned(access_of(turn), int(text))
-        except ToolError as exc:
-            return str(exc)
-        self.keeper.store.delete(memory.id)
+            memory = self.keeper.forget(self.keeper.access(turn), parse_memory_id(args))
+        except (InputError, ToolError) as exc:
+            return f"Not forgotten: {exc}."
         return f"Forgotten: #{memory.id} {memory.content}"
 
     def chat_data(self, chat: Chat) -> dict[str, int]:

@@ -1,17 +1,37 @@
-"""The quality gate every extracted fact passes before it is stored.
+"""The quality gate: every write to memory passes it (`remember:`, the memory tools,
+`mnemo memory add`, the reflector's facts and strategies).
 
 A fact is dropped when it is too short or long, hedged, small talk, carries a secret
-(API key, token, password, card number) or tries to instruct the assistant. Reasons
-never quote the fact, so a rejected secret does not reach a log or the runs table.
+(`memory.secrets`: keys, tokens, passwords, card numbers, private keys) or tries to
+instruct the assistant (role markers or prompt tags anywhere in it). Reasons never quote
+the fact, so a rejected secret does not reach a log or the runs table.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from unicodedata import east_asian_width
+
+from memory.secrets import has_card_number, has_secret, luhn_valid, secret_kind
+
+__all__ = [
+    "Verdict",
+    "check_fact",
+    "has_card_number",
+    "has_secret",
+    "is_instruction",
+    "is_small_talk",
+    "luhn_valid",
+    "normalise",
+    "secret_kind",
+]
 
 MIN_CHARS = 8
 MAX_CHARS = 240
+LIMIT_NOTE = f"one memory holds at most {MAX_CHARS}"
+INSTRUCTION = "instruction to the assistant"
+SECRET = "contains a secret"
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _SPACE = re.compile(r"\s+")
@@ -81,6 +101,10 @@ _SMALL_TALK = re.compile(
     re.IGNORECASE,
 )
 
+# Anything that reads as a turn of a transcript or a fence of the prompt, wherever it is:
+# role markers after a boundary ("Bob; assistant: …", "</memories> SYSTEM: …"), tags of
+# the context blocks with any spacing or case, chat-template tokens.
+_ROLE = r"(?:system|assistant|developer|user|human)"
 _INJECTION = re.compile(
     r"\b(ignore|disregard|forget|override|bypass)\b.{0,40}\b(instructions?|prompts?|rules|"
     r"guidelines|directions|messages)\b"
@@ -89,28 +113,15 @@ _INJECTION = re.compile(
     r"mention|refuse|reveal|output|print|write|address)\b"
     r"|\b(from now on|system prompt|new instructions|developer mode|jailbreak|"
     r"do anything now|act as|pretend (to be|you are)|reveal (your|the) (prompt|system|rules))\b"
-    r"|<\||\|>|\[/?INST\]|</?(system|assistant|user|memories|context|instructions?)\b"
-    r"|^\s*(system|assistant|developer)\s*:"
+    r"|<\||\|>|\[/?INST\]|<<\s*/?\s*SYS\s*>>|^\s*#{2,}\s*(instruction|system|response)\b"
+    r"|<\s*/?\s*(system|assistant|user|memories|context|instructions?|strategies|tool\w*|"
+    r"file_memory\w*)\b"
+    rf"|(?:^|[\n;.!?>)\]}}|\"'`*#:,])\s*{_ROLE}\s*:"
     r"|^(please\s+)?(ignore|disregard|forget|always|never|respond|reply|answer|obey|"
     r"execute|run|do not|don't)\b",
-    re.IGNORECASE,
+    re.IGNORECASE | re.MULTILINE,
 )
-
-_SECRETS = re.compile(
-    r"\bsk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_\-]{16,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bAKIA[0-9A-Z]{16}\b|\bxox[abprs]-[A-Za-z0-9\-]{10,}|\bAIza[0-9A-Za-z_\-]{30,}"
-    r"|\b\d{8,10}:[A-Za-z0-9_\-]{35}\b"
-    r"|\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{5,}"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|\bbearer\s+[A-Za-z0-9._\-]{16,}"
-    r"|\b(password|passwd|passcode|pwd|pin|secret|api[ _-]?key|access[ _-]?token|token)"
-    r"s?\b\W{0,3}(is|was|are|:|=)\s*\S+"
-    r"|\b\d{3}-\d{2}-\d{4}\b"
-    r"|\b(?=[A-Za-z0-9_\-]*\d)(?=[A-Za-z0-9_\-]*[A-Za-z])[A-Za-z0-9_\-]{32,}\b",
-    re.IGNORECASE,
-)
-
-_CARD = re.compile(r"\b\d(?:[ \-]?\d){12,18}\b")
+_SHOUTED_ROLE = re.compile(r"\b(?:SYSTEM|ASSISTANT|DEVELOPER)\s*:")
 
 
 @dataclass(frozen=True)
@@ -131,32 +142,15 @@ def normalise(text: str) -> str:
     return text
 
 
-def luhn_valid(digits: str) -> bool:
-    total = 0
-    for index, char in enumerate(reversed(digits)):
-        value = int(char)
-        if index % 2 == 1:
-            value = value * 2 - 9 if value > 4 else value * 2
-        total += value
-    return total % 10 == 0
-
-
-def has_card_number(text: str) -> bool:
-    for match in _CARD.finditer(text):
-        digits = re.sub(r"\D", "", match.group(0))
-        if 13 <= len(digits) <= 19 and luhn_valid(digits):
-            return True
-    return False
-
-
-def has_secret(text: str) -> bool:
-    """Whether `text` holds something that looks like a credential or a card number."""
-    return bool(_SECRETS.search(text)) or has_card_number(text)
-
-
 def is_instruction(text: str) -> bool:
     """Whether `text` tries to instruct the assistant rather than state a fact."""
-    return bool(_INJECTION.search(text))
+    return bool(_INJECTION.search(text) or _SHOUTED_ROLE.search(text))
+
+
+def weighted_length(text: str) -> int:
+    """Length with wide (CJK) characters counted twice: "我喜欢喝绿茶" says as much as
+    "I like green tea", in 6 characters."""
+    return sum(2 if east_asian_width(char) in "WF" else 1 for char in text)
 
 
 def is_small_talk(text: str) -> bool:
@@ -168,16 +162,18 @@ def is_small_talk(text: str) -> bool:
 
 
 def check_fact(text: str) -> Verdict:
-    """Run the gate on one fact."""
+    """Run the gate on one fact (instructions are looked for before the text is made one
+    line, so a role marker after a line break counts)."""
     content = normalise(text)
-    if len(content) < MIN_CHARS:
+    if weighted_length(content) < MIN_CHARS:
         return Verdict(content, False, f"too short ({len(content)} chars)")
     if len(content) > MAX_CHARS:
-        return Verdict("", False, f"too long ({len(content)} chars)")
-    if is_instruction(content):
-        return Verdict("", False, "instruction to the assistant")
-    if has_secret(content):
-        return Verdict("", False, "contains a secret")
+        return Verdict("", False, f"too long: {len(content):,} characters; {LIMIT_NOTE}")
+    if is_instruction(text) or is_instruction(content):
+        return Verdict("", False, INSTRUCTION)
+    kind = secret_kind(content)
+    if kind is not None:
+        return Verdict("", False, f"{SECRET}: it looks like {kind}")
     if _HEDGES.search(content):
         return Verdict(content, False, "hedged")
     if is_small_talk(content):

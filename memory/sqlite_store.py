@@ -15,15 +15,18 @@ from typing import Any
 from core.db import Connection, transaction
 from core.errors import InputError
 from memory import index_store as index
+from memory import tombstone_store
 from memory.embeddings import Embedder
 from memory.store import (
     MAX_CONTENT_CHARS,
+    MAX_MEMORY_ID,
     Changes,
     Ids,
     Marks,
     Memories,
     Memory,
     RankingRows,
+    Tombstones,
     Vector,
     VectorRows,
     check_confidence,
@@ -39,14 +42,14 @@ logger = logging.getLogger(__name__)
 NOW_SQL = index.NOW_SQL
 _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
-    " last_seen_at, archived, expires_at, embedding_model, context"
+    " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
 
 
 def memory_from_row(row: tuple[Any, ...]) -> Memory:
     return Memory(
         row[0], row[1], row[2], row[3], float(row[4]), row[5] or "", row[6], row[7], row[8],
-        bool(row[9]), row[10], row[11], row[12] or "",
+        bool(row[9]), row[10], row[11], row[12] or "", row[13] or "", row[14] or "",
     )  # fmt: skip
 
 
@@ -130,11 +133,14 @@ class SqliteMemoryStore:
         expires_at: str | None = None,
         embedding: Vector | None = None,
         context: str = "",
+        sender_id: str = "",
+        sender_name: str = "",
     ) -> int:
         """Store a memory (row, FTS row, vector row when possible); return its id.
 
         `context` (e.g. the message before the fact) helps ranking find the memory: it is
         indexed with a lower weight and embedded with the content, but never injected.
+        `sender_id` / `sender_name`: who asked for it in a group.
         """
         text = clean_content(content)
         values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
@@ -143,8 +149,8 @@ class SqliteMemoryStore:
         with transaction(self.conn):
             cursor = self.conn.execute(
                 "INSERT INTO memories (chat_id, content, category, confidence, source,"
-                " expires_at, context) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, text, values[0], values[1], source, values[2], around),
+                " expires_at, context, sender_id, sender_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (chat_id, text, *values[:2], source, values[2], around, sender_id, sender_name),
             )
             memory_id = int(cursor.lastrowid)
             index.index_keywords(self.conn, memory_id, chat_id, text, around)
@@ -208,7 +214,21 @@ class SqliteMemoryStore:
             index.unindex_all(self.conn, ids)
             self.conn.execute("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
             index.forget_scope_log(self.conn, chat_id)
+            tombstone_store.forget_scope(self.conn, chat_id)
         return len(ids)
+
+    def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
+        memory = self._require(memory_id)
+        with transaction(self.conn):
+            tombstone_store.bury(self.conn, memory, forgotten_by, speaker)
+            self.delete(memory_id)
+
+    def tombstones(self, chat_id: int | None) -> Tombstones:
+        return tombstone_store.of_scope(self.conn, chat_id)
+
+    def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
+        with transaction(self.conn):
+            tombstone_store.lift(self.conn, tombstone_ids)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         with transaction(self.conn):
@@ -221,6 +241,8 @@ class SqliteMemoryStore:
     # -- reads -------------------------------------------------------------------------
 
     def get(self, memory_id: int) -> Memory | None:
+        if not 0 < memory_id <= MAX_MEMORY_ID:  # SQLite cannot even compare a larger int
+            return None
         row = self.conn.execute(
             f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
         ).fetchone()

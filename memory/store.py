@@ -7,6 +7,7 @@ here, shared by every implementation.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,11 +21,14 @@ if TYPE_CHECKING:
 
 CATEGORIES = ("PROFILE", "KNOWLEDGE", "EVENT")
 MAX_CONTENT_CHARS = 2000
+MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest INTEGER: a larger id names no memory
+MAX_NAME_CHARS = 40
 GLOBAL_SCOPE = 0  # the scope number of global memories (`chat_id` NULL) in indexes and logs
 
 # Aliases: inside the store classes the name `list` is the method that lists memories.
 Vector = list[float]
 Memories = list["Memory"]
+Tombstones = list["Tombstone"]
 Ids = list[int]
 Scored = list[tuple[int, float]]
 RankingRows = list[tuple[int, str, str]]
@@ -46,10 +50,31 @@ class Memory:
     expires_at: str | None
     embedding_model: str | None
     context: str = ""  # text around the memory that helps find it; never injected
+    sender_id: str = ""  # who said `remember:` in a group ('' otherwise)
+    sender_name: str = ""
 
     def line(self) -> str:
-        """The form injected into the context: `[CATEGORY] text`."""
-        return f"[{self.category}] {self.content}"
+        """The form injected into the context: `[CATEGORY] text`, or in a group
+        `[CATEGORY] [Ann] text` when Ann asked for it to be remembered."""
+        name = display_name(self.sender_name)
+        return (
+            f"[{self.category}] [{name}] {self.content}"
+            if name
+            else f"[{self.category}] {self.content}"
+        )
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """A memory a person forgot: its text, whose "I" it was written with, who forgot it."""
+
+    id: int
+    chat_id: int | None
+    memory_id: int
+    content: str
+    speaker: str
+    forgotten_by: str
+    forgotten_at: str
 
 
 @dataclass(frozen=True)
@@ -67,6 +92,28 @@ class Changes:
     marks: Marks
     memory_ids: frozenset[int]
     pruned_through: int  # 0 unless the log lost entries the lists may not have seen
+
+
+def display_name(name: str) -> str:
+    """A sender's name as a memory line shows it: one line, no brackets or tags, short."""
+    text = " ".join(re.sub(r"[\[\]<>]", " ", name).split())
+    return text[:MAX_NAME_CHARS]
+
+
+def parse_memory_id(text: str) -> int:
+    """The memory id in `text` ("12" or "#12"); `InputError` saying what is wrong else."""
+    value = text.strip().removeprefix("#")
+    if not value.isascii() or not value.isdigit():
+        raise InputError(f"{text.strip()!r} is not a memory id: give the #number /memory shows")
+    return check_memory_id(int(value))
+
+
+def check_memory_id(memory_id: int) -> int:
+    if not 0 < memory_id <= MAX_MEMORY_ID:
+        raise InputError(
+            f"{memory_id} is not a memory id: ids are whole numbers from 1 to {MAX_MEMORY_ID:,}"
+        )
+    return memory_id
 
 
 def scope_of(chat_id: int | None) -> int:
@@ -146,6 +193,8 @@ class MemoryStore(Protocol):
         expires_at: str | None = None,
         embedding: Vector | None = None,
         context: str = "",
+        sender_id: str = "",
+        sender_name: str = "",
     ) -> int: ...
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None: ...
@@ -154,7 +203,22 @@ class MemoryStore(Protocol):
 
     def archive(self, memory_id: int) -> None: ...
 
-    def delete(self, memory_id: int) -> None: ...
+    def delete(self, memory_id: int) -> None:
+        """Remove a memory without a trace (upkeep: expired memories)."""
+        ...
+
+    def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
+        """Delete a memory a person asked to forget, leaving a tombstone in the same
+        transaction; `speaker` is whose "I" the text uses (for `memory.forgetting`)."""
+        ...
+
+    def tombstones(self, chat_id: int | None) -> Tombstones:
+        """The tombstones of exactly this scope, oldest first."""
+        ...
+
+    def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
+        """Drop tombstones: the person asked to remember the fact again."""
+        ...
 
     def supersede(self, old_id: int, new_id: int) -> None:
         """Archive `old_id` and record that `new_id` replaced it."""

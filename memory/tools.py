@@ -7,14 +7,10 @@ from typing import Any
 from core.api import Tool, TurnContext
 from core.errors import InputError, ToolError
 from memory.files import SCOPES
-from memory.keeper import Access, MemoryKeeper
-from memory.store import CATEGORIES
+from memory.keeper import MemoryKeeper
+from memory.store import CATEGORIES, check_memory_id
 
 MAX_SEARCH_K = 50
-
-
-def access_of(turn: TurnContext) -> Access:
-    return Access(turn.chat, turn.is_control_chat)
 
 
 def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -33,6 +29,13 @@ def int_arg(args: dict[str, Any], name: str, default: int | None = None) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ToolError(f"`{name}` must be an integer")
     return value
+
+
+def memory_id_arg(args: dict[str, Any]) -> int:
+    try:
+        return check_memory_id(int_arg(args, "id"))
+    except InputError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 def scope_arg(args: dict[str, Any]) -> str:
@@ -79,16 +82,21 @@ class MemoryTools:
         )
 
     async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        content = self.keeper.checked(text_arg(args, "content"))
+        content = self.keeper.checked_not_forgotten(turn.chat.id, text_arg(args, "content"))
         category = text_arg(args, "category", required=False) or "KNOWLEDGE"
+        access = self.keeper.access(turn)
+        sender = (access.sender_id, access.sender_name) if access.group else ("", "")
         try:
-            memory_id = self.keeper.store.add(turn.chat.id, content, category, source="tool")
+            memory_id = self.keeper.store.add(
+                turn.chat.id, content, category, source="tool", sender_id=sender[0],
+                sender_name=sender[1],
+            )  # fmt: skip
         except InputError as exc:
             raise ToolError(str(exc)) from exc
         return f"saved memory #{memory_id}"
 
     async def update(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        memory = self.keeper.owned(access_of(turn), int_arg(args, "id"))
+        memory = self.keeper.owned(self.keeper.access(turn), memory_id_arg(args))
         content = self.keeper.checked(text_arg(args, "content"))
         try:
             self.keeper.store.update(memory.id, content)
@@ -97,8 +105,7 @@ class MemoryTools:
         return f"updated memory #{memory.id}"
 
     async def delete(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        memory = self.keeper.owned(access_of(turn), int_arg(args, "id"))
-        self.keeper.store.delete(memory.id)
+        memory = self.keeper.forget(self.keeper.access(turn), memory_id_arg(args))
         return f"deleted memory #{memory.id}"
 
     def tools(self) -> list[Tool]:

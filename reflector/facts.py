@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from memory.forgetting import repeated_tombstone
 from memory.store import Memory, MemoryStore
 from memory.terms import content_terms, tokens
 
@@ -45,8 +46,14 @@ class FactWriter:
         self.memories = memories
 
     def write(self, chat_id: int, facts: list[PreparedFact]) -> FactTally:
+        """Store the facts; one that repeats a memory forgotten since the pass began (by
+        words: the pass compared the older tombstones by embedding too) is skipped."""
         tally = FactTally()
+        tombstones = self.memories.tombstones(chat_id)
         for fact in facts:
+            if repeated_tombstone(fact.content, tombstones) is not None:
+                tally.skipped += 1
+                continue
             self._write_one(chat_id, fact, tally)
         return tally
 

@@ -25,6 +25,7 @@ from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
 from core.llm import LLM
 from core.store import SessionStore
 from memory.embeddings import Embedder, load_embedder
+from memory.forgetting import repeated_tombstone, texts_to_embed
 from memory.quality import check_fact
 from memory.store import CATEGORIES, MemoryStore
 from reflector.batching import Shape
@@ -198,6 +199,7 @@ class Reflector:
             else:
                 run.skipped += 1
                 logger.debug("chat %s: fact dropped: %s", run.chat_id, verdict.reason)
+        kept = await self._not_forgotten(run, kept)
         if not kept:
             return []
         memories = await self.memory_store()
@@ -208,6 +210,24 @@ class Reflector:
             PreparedFact(c.content, c.category, c.supersedes_id, vector)
             for c, vector in zip(kept, vectors, strict=True)
         ]
+
+    async def _not_forgotten(self, run: ChatRun, candidates: list[Candidate]) -> list[Candidate]:
+        """The candidates that repeat no memory a person forgot in this chat, compared by
+        words and, with a model, by embedding (computed in a thread)."""
+        tombstones = self._plain.tombstones(run.chat_id)
+        if not tombstones or not candidates:
+            return candidates
+        memories = await self.memory_store()
+        vectors: dict[str, list[float]] | None = None
+        if memories.embedder is not None:
+            texts = texts_to_embed([c.content for c in candidates], tombstones)
+            embedded = await asyncio.to_thread(memories.embedder.embed, texts)
+            vectors = dict(zip(texts, embedded, strict=True))
+        kept = [c for c in candidates if repeated_tombstone(c.content, tombstones, vectors) is None]
+        if len(kept) < len(candidates):
+            run.skipped += len(candidates) - len(kept)
+            run.notes.append(f"{len(candidates) - len(kept)} forgotten facts not learned again")
+        return kept
 
     def _commit(
         self,
