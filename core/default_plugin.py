@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 
 def register_commands(cli: click.Group) -> None:
+    from core.bench.chaos import bench_chaos
     from core.bench.kv import bench_kv
     from core.bench.longrun import bench_longrun
     from core.bench.startup import bench_startup
@@ -34,6 +35,7 @@ def register_commands(cli: click.Group) -> None:
     bench_group(cli).add_command(bench_longrun)
     bench_group(cli).add_command(bench_startup)
     bench_group(cli).add_command(bench_kv)
+    bench_group(cli).add_command(bench_chaos)
 
 
 def extension(host: Host) -> Extension:

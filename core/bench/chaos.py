@@ -1,0 +1,303 @@
+"""`mnemo bench chaos`: nothing lost, nothing doubled, when things break for real.
+
+Two runs of a real `mnemo run` process against a fake Telegram Bot API (which confirms and
+forgets every update below the polled offset, as Telegram does) and a fake model on
+loopback:
+
+- **kill**: `--kill-chats` × `--kill-messages` messages pushed at once to a slow model
+  (`--delay` s a reply); once a few replies went out and every update was confirmed to
+  Telegram, the process gets SIGKILL; a new one starts on the same database and answers
+  what is left; then SIGTERM, timed (the target is a stop within 10 s).
+- **load**: `--load-chats` × `--load-messages` messages pushed at once to a fast model,
+  with sends failing now and then (a 502 every `--fail-every` sends, and some 429s with
+  `retry_after`).
+
+For each: messages pushed, stored, answered and delivered, and how many were doubled
+(stored twice, answered twice or delivered twice). Each message's text is unique, and the
+fake model's reply quotes it, so every reply is matched to its message. Figures, never
+assertions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from core.bench.startup import MNEMO, bench_env, write_config
+from core.bench.support import echo_result
+from core.db import connect
+from core.sqlite_store import SqliteSessionStore
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.testing.fake_telegram import FakeTelegramServer, user
+
+CHANNEL = "telegram"
+FIRST_CHAT_ID = 5000
+MESSAGE = re.compile(r"chaos (\d+)-(\d+)\b")
+START_TIMEOUT_S = 120
+STOP_TARGET_S = 10.0
+
+
+def message_text(chat: int, number: int) -> str:
+    return f"chaos {chat}-{number}: please answer this one"
+
+
+def echo_model(delay_s: float) -> Any:
+    """The fake model: after `delay_s`, a reply that quotes the newest user message."""
+
+    def respond(request: dict[str, Any]) -> FakeReply:
+        users = [m for m in request["messages"] if m.get("role") == "user"]
+        found = MESSAGE.search(str(users[-1].get("content") or "")) if users else None
+        quoted = found.group(0) if found else "?"
+        return FakeReply(content=f"Answer to {quoted}.", delay_s=delay_s)
+
+    return respond
+
+
+@dataclass(frozen=True)
+class Tally:
+    pushed: int
+    stored: int
+    answered: int
+    delivered: int
+    doubled_stored: int
+    doubled_answered: int
+    doubled_delivered: int
+
+    @property
+    def whole(self) -> bool:
+        counts = (self.stored, self.answered, self.delivered)
+        doubled = self.doubled_stored + self.doubled_answered + self.doubled_delivered
+        return all(count == self.pushed for count in counts) and doubled == 0
+
+
+def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tally:
+    """Count, per pushed message key (`chat-number`), its stored user messages, stored
+    replies and delivered replies."""
+    stored: Counter[str] = Counter()
+    answered: Counter[str] = Counter()
+    conn = connect(database)
+    try:
+        store = SqliteSessionStore(conn)
+        for chat_id in sorted({key.split("-")[0] for key in pushed}):
+            chat = store.find_chat(CHANNEL, chat_id)
+            if chat is None:
+                continue
+            for message in store.messages_between(chat.id, 0, 1_000_000):
+                found = MESSAGE.search(message.content or "")
+                if found is None:
+                    continue
+                key = f"{found.group(1)}-{found.group(2)}"
+                if message.role == "user":
+                    stored[key] += 1
+                elif message.role == "assistant":
+                    answered[key] += 1
+    finally:
+        conn.close()
+    delivered: Counter[str] = Counter()
+    for sent in telegram.sent():
+        found = MESSAGE.search(str(sent.get("text", "")))
+        if found is not None:
+            delivered[f"{found.group(1)}-{found.group(2)}"] += 1
+
+    def count(counter: Counter[str]) -> tuple[int, int]:
+        keys = [key for key in pushed if counter[key]]
+        return len(keys), sum(counter[key] - 1 for key in keys)
+
+    (n_stored, d_stored), (n_answered, d_answered) = count(stored), count(answered)
+    n_delivered, d_delivered = count(delivered)
+    return Tally(len(pushed), n_stored, n_answered, n_delivered, d_stored, d_answered, d_delivered)
+
+
+class Bot:
+    """A `mnemo run` process on Telegram (the fake Bot API) and the fake model."""
+
+    def __init__(self, work: Path, model_url: str, telegram: FakeTelegramServer) -> None:
+        extra = (
+            "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
+            f'[telegram]\ntoken = "1:CHAOS"\napi_base_url = "{telegram.base_url}"\n'
+        )
+        self.config = write_config(work / "chaos.toml", model_url, work / "data", extra)
+        self.database = work / "data" / "mnemo.db"
+        self.work = work
+        self.telegram = telegram
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        polls = len(self.telegram.sent("getUpdates"))
+        self.process = subprocess.Popen(
+            [*MNEMO, "--config", str(self.config), "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work / "run.log").open("ab"),
+            env=bench_env(None),
+            cwd=self.work,
+        )
+        self.telegram.wait_for(lambda tg: len(tg.sent("getUpdates")) > polls, START_TIMEOUT_S)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> float:
+        """SIGTERM; the seconds until the process ended."""
+        assert self.process is not None
+        began = time.perf_counter()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return time.perf_counter() - began
+
+
+def push(telegram: FakeTelegramServer, chats: int, messages: int) -> set[str]:
+    """`messages` private messages in each of `chats` chats, interleaved; their keys."""
+    keys: set[str] = set()
+    for number in range(messages):
+        for offset in range(chats):
+            chat_id = FIRST_CHAT_ID + offset
+            chat = {"id": chat_id, "type": "private", "first_name": f"User {chat_id}"}
+            telegram.push_message(
+                chat, user(chat_id, f"User {chat_id}"), message_text(chat_id, number)
+            )
+            keys.add(f"{chat_id}-{number}")
+    return keys
+
+
+def delivered_count(telegram: FakeTelegramServer) -> int:
+    return len({m.group(0) for s in telegram.sent() if (m := MESSAGE.search(str(s.get("text"))))})
+
+
+def kill_run(chats: int, messages: int, delay_s: float, timeout_s: float) -> dict[str, Any]:
+    """Push, SIGKILL once a few replies went out and Telegram has confirmed every update,
+    restart, wait for every reply (or the timeout), SIGTERM."""
+    with (
+        FakeOpenAIServer(echo_model(delay_s)) as model,
+        FakeTelegramServer() as telegram,
+        tempfile.TemporaryDirectory(prefix="mnemo-bench-chaos-") as tmp,
+    ):
+        bot = Bot(Path(tmp), model.base_url, telegram)
+        bot.start()
+        pushed = push(telegram, chats, messages)
+        telegram.wait_for(lambda tg: not tg.updates and delivered_count(tg) >= chats, timeout_s)
+        before_kill = delivered_count(telegram)
+        bot.kill()
+        began = time.perf_counter()
+        bot.start()
+        _wait(telegram, len(pushed), timeout_s)
+        recovered_s = time.perf_counter() - began
+        stop_s = bot.stop()
+        result = tally(pushed, bot.database, telegram)
+    return {
+        **asdict(result),
+        "whole": result.whole,
+        "delivered_before_kill": before_kill,
+        "restart_to_all_delivered_s": round(recovered_s, 2),
+        "sigterm_stop_s": round(stop_s, 2),
+        "model_delay_s": delay_s,
+    }
+
+
+def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> dict[str, Any]:
+    """Push everything at once; sends fail now and then (502s and 429s)."""
+    with (
+        FakeOpenAIServer(echo_model(0.0)) as model,
+        FakeTelegramServer() as telegram,
+        tempfile.TemporaryDirectory(prefix="mnemo-bench-chaos-") as tmp,
+    ):
+        total = chats * messages
+        failures = max(1, total // fail_every)
+        for index in range(failures):
+            if index % 4 == 3:
+                telegram.fail_next(
+                    "sendMessage", 429, "Too Many Requests: retry after 1", after=fail_every - 1,
+                    retry_after=1,
+                )  # fmt: skip
+            else:
+                telegram.fail_next("sendMessage", 502, "Bad Gateway", after=fail_every - 1)
+        bot = Bot(Path(tmp), model.base_url, telegram)
+        bot.start()
+        began = time.perf_counter()
+        pushed = push(telegram, chats, messages)
+        _wait(telegram, len(pushed), timeout_s)
+        seconds = time.perf_counter() - began
+        stop_s = bot.stop()
+        result = tally(pushed, bot.database, telegram)
+        sends = len(telegram.sent())
+    return {
+        **asdict(result),
+        "whole": result.whole,
+        "failures_injected": failures,
+        "send_calls": sends,
+        "seconds": round(seconds, 2),
+        "sigterm_stop_s": round(stop_s, 2),
+    }
+
+
+def _wait(telegram: FakeTelegramServer, expected: int, timeout_s: float) -> None:
+    """Until every pushed message has a delivered reply, or `timeout_s` (then the tally
+    shows what is missing)."""
+    with contextlib.suppress(AssertionError):
+        telegram.wait_for(lambda tg: delivered_count(tg) >= expected, timeout_s)
+
+
+def chaos_lines(result: dict[str, Any]) -> list[str]:
+    lines = []
+    for name in ("kill", "load"):
+        run = result[name]
+        lines.append(
+            f"{name}: pushed {run['pushed']}, stored {run['stored']}, answered"
+            f" {run['answered']}, delivered {run['delivered']}; doubled: stored"
+            f" {run['doubled_stored']}, answered {run['doubled_answered']}, delivered"
+            f" {run['doubled_delivered']} -> {'whole' if run['whole'] else 'NOT WHOLE'}"
+        )
+    kill, load = result["kill"], result["load"]
+    lines.append(
+        f"  kill -9 after {kill['delivered_before_kill']} replies; restart to all delivered"
+        f" {kill['restart_to_all_delivered_s']:.1f} s; SIGTERM stop {kill['sigterm_stop_s']:.1f} s"
+        f" (target {STOP_TARGET_S:.0f} s)"
+    )
+    lines.append(
+        f"  load: {load['failures_injected']} send failures injected, {load['send_calls']}"
+        f" sendMessage calls, all in {load['seconds']:.1f} s; stop {load['sigterm_stop_s']:.1f} s"
+    )
+    return lines
+
+
+@click.command("chaos")
+@click.option("--kill-chats", default=3, show_default=True)
+@click.option("--kill-messages", default=10, show_default=True, help="Per chat.")
+@click.option("--delay", default=1.0, show_default=True, help="Seconds per model reply (kill).")
+@click.option("--load-chats", default=50, show_default=True)
+@click.option("--load-messages", default=20, show_default=True, help="Per chat.")
+@click.option("--fail-every", default=25, show_default=True, help="A failed send every N.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_chaos(
+    kill_chats: int,
+    kill_messages: int,
+    delay: float,
+    load_chats: int,
+    load_messages: int,
+    fail_every: int,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Messages stored, answered and delivered after a kill -9 and under load."""
+    result = {
+        "kill": kill_run(kill_chats, kill_messages, delay, timeout),
+        "load": load_run(load_chats, load_messages, fail_every, timeout),
+    }
+    echo_result(result, as_json, lambda: chaos_lines(result))
