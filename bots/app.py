@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from bots.runtime import Runtime
 from bots.terminal import TerminalChannel
 from core.api import Channel, Service
+from core.dispatcher import SHUTDOWN_GRACE_S, Dispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -48,23 +49,45 @@ async def _guard(name: str, work: Awaitable[None]) -> None:
         logger.info("%s finished", name)
 
 
+async def _run_channel(channel: Channel, dispatcher: Dispatcher) -> None:
+    """Run `channel` with the dispatcher as its handler; once it ends (or fails), its
+    chats' replies are no longer sent through it."""
+    try:
+        await _guard(f"channel {channel.name}", channel.run(dispatcher))
+    finally:
+        dispatcher.detach(channel)
+
+
 async def run_platform(
-    runtime: Runtime, channels: list[Channel], services: list[Service] | None = None
+    runtime: Runtime,
+    channels: list[Channel],
+    services: list[Service] | None = None,
+    *,
+    grace_s: float = SHUTDOWN_GRACE_S,
 ) -> None:
-    """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly."""
+    """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly.
+
+    Replies go out through the channels (attached to the dispatcher), and what an earlier
+    run left (messages not answered, replies not delivered) is taken up first. On the
+    way out no new turn starts, running ones get `grace_s` to finish, and every message
+    not answered stays stored for the next start.
+    """
     services = services if services is not None else runtime.extensions.services()
+    dispatcher = runtime.dispatcher
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
             loop.add_signal_handler(sig, stop.set)
+    for channel in channels:
+        dispatcher.attach(channel)
     channel_tasks = [
-        asyncio.create_task(_guard(f"channel {c.name}", c.run(runtime.dispatcher)), name=c.name)
-        for c in channels
+        asyncio.create_task(_run_channel(c, dispatcher), name=c.name) for c in channels
     ]
     service_tasks = [
         asyncio.create_task(_guard(f"service {s.name}", s.run()), name=s.name) for s in services
     ]
+    sweeper = asyncio.create_task(_guard("leftover sweep", dispatcher.sweep()), name="sweep")
     logger.info(
         "running channels: %s; services: %s",
         ", ".join(c.name for c in channels) or "none",
@@ -80,9 +103,13 @@ async def run_platform(
                 break
     finally:
         logger.info("shutting down")
-        for task in [*channel_tasks, *service_tasks, stopper]:
+        sweeper.cancel()
+        await dispatcher.stop(grace_s)  # the channels still run: replies can go out
+        tasks = [*channel_tasks, *service_tasks, sweeper, stopper]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*channel_tasks, *service_tasks, stopper, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+        logger.info("stopped")

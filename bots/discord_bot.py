@@ -8,9 +8,11 @@ the Developer Portal under Bot → Privileged Gateway Intents), or guild message
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import discord
 
@@ -22,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "discord"
 DISCORD_LIMIT = 2000
+STARTUP_WAIT_S = 60.0
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic")
 USER_MENTION = re.compile(r"<@!?(\d+)>")
 REFUSAL = (
@@ -82,11 +85,8 @@ class DiscordChannel:
             if inbound is None:
                 return
             self._destinations[inbound.chat_id] = message.channel
-            if not inbound.respond:
-                await self._handler(inbound)
-                return
-            async with message.channel.typing():
-                reply = await self._handler(inbound)
+            # The core stores it at once, shows `typing` while its turn runs, sends the reply.
+            reply = await self._handler(inbound)
             if reply is not None:
                 await self.send(reply)
         except Exception:
@@ -194,6 +194,17 @@ class DiscordChannel:
             sender_is_admin=is_moderator(message.author),
         )
 
+    @contextlib.asynccontextmanager
+    async def typing(self, chat_id: str) -> AsyncIterator[None]:
+        """The typing indicator in the chat while the turn runs (renewed by discord.py)."""
+        async with contextlib.AsyncExitStack() as indicator:
+            try:
+                destination = await self._destination(chat_id)
+                await indicator.enter_async_context(destination.typing())
+            except Exception as exc:  # no indicator is no reason to fail the turn
+                logger.debug("typing in %s failed: %s", chat_id, exc)
+            yield
+
     # --- outbound --------------------------------------------------------------------
 
     async def send(self, message: Outbound) -> None:
@@ -214,6 +225,8 @@ class DiscordChannel:
         if known is not None:
             return known
         channel_id = int(chat_id.rpartition(":")[2])
+        # A reply left by an earlier run waits for the connection (TimeoutError after that).
+        await asyncio.wait_for(self.client.wait_until_ready(), STARTUP_WAIT_S)
         found = self.client.get_channel(channel_id) or await self.client.fetch_channel(channel_id)
         if not isinstance(found, discord.abc.Messageable):
             raise ValueError(f"discord channel {chat_id} cannot receive messages")

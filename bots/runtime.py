@@ -18,7 +18,7 @@ from core.hooks import Plugin
 from core.llm import OpenAILLM
 from core.request_plan import RequestPlanner
 from core.sqlite_store import SqliteSessionStore
-from core.store import SessionStore
+from core.store import DeliveryStore, SessionStore
 from core.turn import Agent
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
@@ -61,6 +61,10 @@ class Runtime:
     def planner(self) -> RequestPlanner:
         return self.agent.planner
 
+    @property
+    def deliveries(self) -> DeliveryStore:
+        return self.agent.deliveries
+
     async def start(self) -> None:
         """Ask the model server about its model, and let every extension prepare (load
         models) before the first message."""
@@ -86,7 +90,7 @@ def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtim
     store = SqliteSessionStore(conn)
     llm = OpenAILLM(config.llm)
     agent = build_agent(config, conn, store, llm, plugins)
-    return Runtime(config, conn, store, llm, agent, Dispatcher(agent.handle))
+    return Runtime(config, conn, store, llm, agent, Dispatcher(agent))
 
 
 def configure_logging(level: str) -> None:

@@ -39,6 +39,8 @@ from core.config import TelegramConfig
 logger = logging.getLogger(__name__)
 
 TYPING_INTERVAL_S = 4.0
+CONCURRENT_UPDATES = 100_000
+STARTUP_WAIT_S = 60.0  # how long a reply waits for the channel to start (after a restart)
 COMMAND_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 REFUSAL = (
     "Sorry, this bot is private. Your Telegram user id is {user_id}; the owner can add it "
@@ -63,6 +65,7 @@ class TelegramChannel:
         self._bot: Bot | None = None
         self._identity: BotIdentity | None = None
         self._refused: set[int] = set()
+        self._started = asyncio.Event()  # replies left by an earlier run wait for it
 
     async def run(self, handler: Handler) -> None:
         """Poll (or serve the webhook) until cancelled; then stop cleanly."""
@@ -70,6 +73,7 @@ class TelegramChannel:
         async with app:  # initialize (getMe) … shutdown
             self._bot = app.bot
             self._identity = BotIdentity(app.bot.id, app.bot.username)
+            self._started.set()
             await self._register_commands(app.bot)
             await app.start()
             try:
@@ -80,6 +84,7 @@ class TelegramChannel:
                     await app.updater.stop()
                 await app.stop()
                 self._bot = None
+                self._started.clear()
 
     def _build_application(self, handler: Handler) -> Application:  # type: ignore[type-arg]
         app = (
@@ -87,7 +92,9 @@ class TelegramChannel:
             .token(self.config.token)
             .base_url(self.config.api_base_url)
             .base_file_url(self.config.api_file_url)
-            .concurrent_updates(True)  # the core's Dispatcher keeps each chat in order
+            # Every update's handler starts at once, so the core stores each message as
+            # it arrives (it keeps each chat in order); handlers then wait for their turn.
+            .concurrent_updates(CONCURRENT_UPDATES)
             .get_updates_request(SkippingUpdatesRequest(connection_pool_size=1))
             .rate_limiter(ReplyRateLimiter())
             .build()
@@ -156,15 +163,12 @@ class TelegramChannel:
     # --- inbound ---------------------------------------------------------------------
 
     async def _handle(self, message: Message, handler: Handler) -> None:
-        """One message: access check, translate, run the turn under a typing indicator."""
+        """One message: access check, translate, hand it to the core (which stores it at
+        once, shows `typing` while its turn runs and sends the reply)."""
         inbound = await self.translate(message)
         if inbound is None:
             return
-        if not inbound.respond:
-            await handler(inbound)
-            return
-        async with self._typing(message):
-            reply = await handler(inbound)
+        reply = await handler(inbound)
         if reply is not None:
             await self.send(reply)
 
@@ -225,17 +229,18 @@ class TelegramChannel:
         return sender_id(message) in allowed
 
     @contextlib.asynccontextmanager
-    async def _typing(self, message: Message) -> AsyncIterator[None]:
-        """'typing…' in the chat, renewed every 4 s until the reply is ready."""
-        bot = message.get_bot()
-        thread_id = message.message_thread_id if message.is_topic_message else None
+    async def typing(self, chat_id: str) -> AsyncIterator[None]:
+        """'typing…' in the chat (or topic), renewed every 4 s while the turn runs."""
+        bot = self._bot
+        if bot is None:
+            yield
+            return
+        chat, thread_id = split_chat_key(chat_id)
 
         async def keep_typing() -> None:
             while True:
                 try:
-                    await bot.send_chat_action(
-                        message.chat.id, ChatAction.TYPING, message_thread_id=thread_id
-                    )
+                    await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     logger.debug("sendChatAction failed: %s", exc)
                 await asyncio.sleep(TYPING_INTERVAL_S)
@@ -252,6 +257,9 @@ class TelegramChannel:
 
     async def send(self, message: Outbound) -> None:
         """Deliver a reply; in groups the first part quotes the message it answers."""
+        if self._bot is None:  # not started yet (a reply left by an earlier run)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._started.wait(), STARTUP_WAIT_S)
         if self._bot is None:
             raise RuntimeError("the Telegram channel is not running")
         chat_id, thread_id = split_chat_key(message.chat_id)

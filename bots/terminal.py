@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import sys
 import threading
+from collections.abc import AsyncIterator
 from typing import TextIO
 
 from core.api import Handler, Inbound, Outbound
@@ -63,6 +64,11 @@ class TerminalChannel:
         finally:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 loop.call_soon_threadsafe(lines.put_nowait, None)
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat_id: str) -> AsyncIterator[None]:
+        """No indicator: the terminal waits for each reply anyway."""
+        yield
 
     async def send(self, message: Outbound) -> None:
         prefix = "mnemo> " if self.interactive else ""

@@ -15,7 +15,8 @@ from core.extensions import Extensions
 from core.hooks import Host, Plugin
 from core.llm import LLM
 from core.request_plan import RequestPlanner
-from core.store import SessionStore
+from core.sqlite_delivery_store import SqliteDeliveryStore
+from core.store import DeliveryStore, SessionStore
 from core.turn import Agent
 
 
@@ -25,8 +26,10 @@ def build_agent(
     store: SessionStore,
     llm: LLM,
     plugins: Sequence[Plugin],
+    deliveries: DeliveryStore | None = None,
 ) -> Agent:
-    """An agent whose extensions are those of `plugins`, registered in order."""
+    """An agent whose extensions are those of `plugins`, registered in order. `deliveries`
+    must share `store`'s connection (default: SQLite on `db`)."""
     extensions = Extensions()
     compactor = Compactor(config, store, llm, before=extensions.before_compaction)
     planner = RequestPlanner(config, store, extensions.tools, llm.model)
@@ -35,4 +38,5 @@ def build_agent(
         extension = plugin.extension(host)
         if extension is not None:
             extensions.add(extension)
-    return Agent(config, store, llm, extensions, planner, compactor)
+    deliveries = deliveries if deliveries is not None else SqliteDeliveryStore(db)
+    return Agent(config, store, llm, extensions, planner, compactor, deliveries)

@@ -18,10 +18,11 @@ try:  # pragma: no cover - which branch runs depends on the platform
 except ImportError:  # pragma: no cover
     import sqlite3
 
-from core.errors import StorageError
+from core.errors import StorageError, StorageFull
 
 logger = logging.getLogger(__name__)
 
+SQLITE_FULL = 13  # the result code of "database or disk is full"
 IntegrityError = sqlite3.IntegrityError
 OperationalError = sqlite3.OperationalError
 DatabaseError = sqlite3.DatabaseError
@@ -123,17 +124,33 @@ def vec_available(conn: Connection) -> bool:
 
 @contextmanager
 def transaction(conn: Connection) -> Iterator[Connection]:
-    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Nested use joins the outer one."""
+    """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Nested use joins the outer one.
+
+    A full disk or database (SQLITE_FULL, which SQLite may already have rolled back) is
+    raised as `StorageFull`, so callers can say that nothing was stored.
+    """
     if conn.in_transaction:
         yield conn
         return
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.DatabaseError as exc:
+        if is_full(exc):
+            raise StorageFull(f"the database or disk is full: {exc}") from exc
         raise
-    conn.execute("COMMIT")
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite's SQLITE_FULL ("database or disk is full")."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code == SQLITE_FULL or "database or disk is full" in str(exc)
 
 
 @contextmanager

@@ -4,7 +4,8 @@ MnemoError
 ├── ConfigError            invalid or unreadable configuration
 ├── InputError             bad input from a user, a tool call or the CLI (too long, bad id, …)
 ├── StorageError           database or migration failure
-│   └── LeaseLost          another process took the chat over while this one worked
+│   ├── LeaseLost          another process took the chat over while this one worked
+│   └── StorageFull        the disk (or the database's size limit) is full: nothing was written
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
@@ -43,6 +44,10 @@ class StorageError(MnemoError):
 
 class LeaseLost(StorageError):
     """Another pass or process took the chat over (or moved its cursor) meanwhile."""
+
+
+class StorageFull(StorageError):
+    """The disk or the database file is full (SQLITE_FULL); the write did not happen."""
 
 
 class EmbeddingUnavailable(MnemoError):

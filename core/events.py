@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -48,10 +49,18 @@ Handler = Callable[[Inbound], Awaitable[Outbound | None]]
 
 
 class Channel(Protocol):
-    """A channel adapter: runs until cancelled, feeding inbound messages to `handler`."""
+    """A channel adapter: runs until cancelled, feeding inbound messages to `handler`.
+
+    The dispatcher sends replies with `send` (a reply is delivered once it returns; it
+    raises when it was not) and shows `typing` while the chat's turn runs.
+    """
 
     name: str
 
     async def run(self, handler: Handler) -> None: ...
 
     async def send(self, message: Outbound) -> None: ...
+
+    def typing(self, chat_id: str) -> AbstractAsyncContextManager[None]:
+        """A "typing…" indicator in the chat while inside; never raises."""
+        ...

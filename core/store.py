@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from core.api import Chat
+from core.api import Chat, Inbound, Outbound
 from core.model_profile import ModelProfile
 from core.tokens import Calibration
 
@@ -18,10 +18,15 @@ __all__ = [
     "Calibration",
     "Chat",
     "CompactionRecord",
+    "DeliveryStore",
+    "DeliveryTotals",
     "NewMessage",
     "Session",
     "SessionStore",
+    "StoredInbound",
     "StoredMessage",
+    "StoredReply",
+    "TurnLease",
 ]
 
 
@@ -183,3 +188,110 @@ class SessionStore(Protocol):
         ...
 
     def save_model_profile(self, profile: ModelProfile) -> None: ...
+
+
+# -- delivery: inbound messages stored on arrival, replies until delivered, turn leases
+
+
+@dataclass(frozen=True)
+class StoredInbound:
+    """A message as it arrived, stored before it waited for its chat's turn."""
+
+    id: int
+    chat: Chat
+    inbound: Inbound
+    message_id: int = 0  # its row in the history once its turn stored it (0 before)
+
+
+@dataclass(frozen=True)
+class StoredReply:
+    """A reply recorded with its turn; `id` 0 for one that could not be stored."""
+
+    id: int
+    outbound: Outbound
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class TurnLease:
+    """A chat's turn, held by one owner (a process's dispatcher) until `expires_at`."""
+
+    chat_id: int
+    owner: str
+    expires_at: float  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class DeliveryTotals:
+    """What happened to the inbound messages and replies (of one channel, or all)."""
+
+    received: int
+    pending: int
+    answered: int
+    recorded: int
+    replies: int
+    delivered: int
+    failed_attempts: int
+
+
+class DeliveryStore(Protocol):
+    """Inbound messages from arrival to answer, replies until delivered, turn leases.
+
+    Shares the connection (and `transaction()`) of the `SessionStore` it goes with, so a
+    turn's messages, its inbound message's state and its reply commit together.
+    """
+
+    def receive(self, chat: Chat, inbound: Inbound) -> StoredInbound | None:
+        """Store an arriving message as pending; None when the chat already has a message
+        with its platform id (a replayed update)."""
+        ...
+
+    def next_pending(self, chat_id: int, after_id: int = 0) -> StoredInbound | None:
+        """The chat's oldest pending message newer than `after_id`."""
+        ...
+
+    def start_turn(self, inbound_id: int, message_id: int) -> None:
+        """Link a pending message to its row in the history (stored as its turn starts)."""
+        ...
+
+    def finish(self, inbound_id: int, reply: Outbound | None) -> StoredReply | None:
+        """Mark a pending message answered (with `reply`, kept until delivered) or recorded
+        (no reply). Raises `LeaseLost` when it is no longer pending (another process
+        answered it)."""
+        ...
+
+    def undelivered(self, chat_id: int, max_attempts: int) -> list[StoredReply]:
+        """The chat's replies not yet delivered and tried fewer than `max_attempts` times,
+        oldest first."""
+        ...
+
+    def mark_delivered(self, reply_id: int) -> None: ...
+
+    def record_failed_attempt(self, reply_id: int, error: str) -> None: ...
+
+    def chats_awaiting(self, channels: list[str], max_attempts: int) -> list[int]:
+        """Chats of `channels` with pending messages or undelivered replies (tried fewer
+        than `max_attempts` times), in the order their oldest such row arrived."""
+        ...
+
+    def delivery_totals(self, channel: str | None = None) -> DeliveryTotals: ...
+
+    # -- turn leases
+    def claim_turn(
+        self, chat_id: int, owner: str, expires_at: float, now: float, stale_owner: str = ""
+    ) -> bool:
+        """Take the chat's turn for `owner` when it is free, expired, already `owner`'s,
+        or held by `stale_owner` (a process known to be gone); True when `owner` holds it."""
+        ...
+
+    def turn_holder(self, chat_id: int) -> TurnLease | None: ...
+
+    def renew_turn(self, lease: TurnLease, expires_at: float) -> bool:
+        """Extend a held lease; False when it is no longer the owner's."""
+        ...
+
+    def holds_turn(self, lease: TurnLease) -> bool:
+        """Whether `lease` is still its owner's (call inside the committing transaction)."""
+        ...
+
+    def release_turn(self, lease: TurnLease) -> None: ...

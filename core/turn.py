@@ -1,4 +1,5 @@
-"""The turn loop: store the user message, build the request, run tools, persist the reply."""
+"""The turn loop: accept (store) a message on arrival; answer it in its turn: add it to the
+history, build the request, run tools, persist the turn with its reply."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from core.config import Config
 from core.errors import (
     AnswerNotJSON,
     ContextOverflow,
+    LeaseLost,
     LLMBadResponse,
     LLMError,
     LLMRejected,
@@ -28,7 +30,14 @@ from core.llm import LLM, Completion, ToolCall
 from core.loop_guard import RepeatGuard
 from core.model_profile import learn, load_profile
 from core.request_plan import RequestPlan, RequestPlanner
-from core.store import NewMessage, SessionStore
+from core.store import (
+    DeliveryStore,
+    NewMessage,
+    SessionStore,
+    StoredInbound,
+    StoredReply,
+    TurnLease,
+)
 from core.text import cap_reply, clean_text
 from core.tool_results import keep_tool_result
 from core.tool_text import strip_tool_text
@@ -50,7 +59,9 @@ CONTINUE_REQUEST = {
 class Agent:
     """One bot: handles each inbound message with the store, the model and the extensions.
 
-    Built only by the composition root (`bots.runtime`).
+    Built only by `core.assembly.build_agent`. A message is first accepted (stored as it
+    arrives, `accept`), then answered in its chat's turn (`answer`); `core.dispatcher`
+    decides when a turn runs and delivers the reply.
     """
 
     config: Config
@@ -59,39 +70,106 @@ class Agent:
     extensions: Extensions
     planner: RequestPlanner
     compactor: Compactor
+    deliveries: DeliveryStore
 
-    async def handle(self, inbound: Inbound) -> Outbound | None:
-        """Handle one inbound message; return the reply, or None when none is due."""
+    def accept(self, inbound: Inbound) -> StoredInbound | None:
+        """Store an arriving message before it waits for its chat's turn; None when the
+        chat already has it (a replayed update). Raises `StorageError` (`StorageFull` on
+        a full disk) when it could not be stored."""
         inbound = replace(inbound, text=clean_text(inbound.text))
-        chat = self.store.get_or_create_chat(
-            inbound.channel, inbound.chat_id, inbound.chat_title, inbound.chat_kind
-        )
-        turn = TurnContext(chat, inbound, is_control_chat(self.config, chat))
+        with self.store.transaction():
+            chat = self.store.get_or_create_chat(
+                inbound.channel, inbound.chat_id, inbound.chat_title, inbound.chat_kind
+            )
+            return self.deliveries.receive(chat, inbound)
+
+    async def answer(
+        self, message: StoredInbound, lease: TurnLease | None = None
+    ) -> StoredReply | None:
+        """Take the turn of a stored message: run its command, or add it to the history and
+        answer it. The reply is recorded with the turn (undelivered); None when none is
+        due. With a `lease`, every write checks it is still held (`LeaseLost` if not)."""
+        inbound, chat = message.inbound, message.chat
+        turn = TurnContext(chat, inbound, is_control_chat(self.config, chat), message.message_id)
         parsed = parse_command(inbound.text) if inbound.respond else None
         command = self.extensions.command(parsed[0]) if parsed else None
         if parsed is not None and command is not None:
-            return self._reply(inbound, await command.handler(turn, parsed[1]))
-        sender = inbound.sender_name or inbound.sender_id
-        [message_id] = self.store.append(chat.id, [NewMessage("user", inbound.text, sender=sender)])
-        turn = replace(turn, user_message_id=message_id)
+            text = await command.handler(turn, parsed[1])
+            if self.store.chat_by_id(chat.id) is None:  # the command deleted the chat
+                return StoredReply(0, self._reply(inbound, text))  # (/forgetme): unrecorded
+            return self.finish(message, lease, [], self._reply(inbound, text))
+        if not turn.user_message_id:
+            turn = replace(turn, user_message_id=self._add_to_history(message, lease))
         if not inbound.respond:
-            return None
+            return self.finish(message, lease, [], None)
         answer = await self.extensions.intercept(turn)
         if answer is not None:
-            self.store.append(chat.id, [NewMessage("assistant", answer)])
-            return self._reply(inbound, answer)
+            return self.finish(
+                message, lease, [NewMessage("assistant", answer)], self._reply(inbound, answer)
+            )
         try:
-            text = await self.run_model_turn(turn)
+            text, entries = await self.run_model_turn(turn)
         except LLMError as exc:
             logger.warning("turn failed for chat %s: %s", chat.key, exc)
-            return self._reply(inbound, user_facing_error(exc), is_error=True)
-        await self.extensions.after_turn(turn)
-        return self._reply(inbound, text)
+            error = self._reply(inbound, user_facing_error(exc), is_error=True)
+            return self.finish(message, lease, [], error)
+        reply = self.finish(message, lease, [_to_new_message(entry) for entry in entries],
+                            self._reply(inbound, text))  # fmt: skip
+        try:
+            await self.extensions.after_turn(turn)
+        except Exception:  # the reply is recorded: a hook's failure must not cost it
+            logger.exception("after_turn failed in %s", chat.key)
+        return reply
 
-    async def run_model_turn(self, turn: TurnContext) -> str:
+    def _add_to_history(self, message: StoredInbound, lease: TurnLease | None) -> int:
+        """Add the user message to the history as its turn starts: once, since a turn run
+        again (after a crash or a stop) finds it linked there."""
+        inbound = message.inbound
+        sender = inbound.sender_name or inbound.sender_id
+        with self.store.transaction():
+            self._check(lease)
+            [message_id] = self.store.append(
+                message.chat.id, [NewMessage("user", inbound.text, sender=sender)]
+            )
+            self.deliveries.start_turn(message.id, message_id)
+        return message_id
+
+    def finish(
+        self,
+        message: StoredInbound,
+        lease: TurnLease | None,
+        entries: list[NewMessage],
+        reply: Outbound | None,
+    ) -> StoredReply | None:
+        """Store the turn's messages, mark `message` handled and record its reply, together."""
+        with self.store.transaction():
+            self._check(lease)
+            if entries:
+                self.store.append(message.chat.id, entries)
+            return self.deliveries.finish(message.id, reply)
+
+    def _check(self, lease: TurnLease | None) -> None:
+        if lease is not None and not self.deliveries.holds_turn(lease):
+            raise LeaseLost(f"another process took over chat {lease.chat_id}")
+
+    async def handle(self, inbound: Inbound) -> Outbound | None:
+        """Accept and answer in one call, for a caller that delivers the reply itself and
+        runs one turn of a chat at a time (tests, benchmarks): the reply is marked
+        delivered as it is handed over. Channels go through `core.dispatcher` instead."""
+        message = self.accept(inbound)
+        if message is None:
+            return None
+        reply = await self.answer(message)
+        if reply is None:
+            return None
+        if reply.id:
+            self.deliveries.mark_delivered(reply.id)
+        return reply.outbound
+
+    async def run_model_turn(self, turn: TurnContext) -> tuple[str, list[dict[str, Any]]]:
         """The tool loop. It ends when the model answers, repeats a call it made in this
-        turn, or reaches `max_tool_iterations`; the turn's assistant and tool messages
-        are stored together at the end."""
+        turn, or reaches `max_tool_iterations`. Returns the reply and the turn's assistant
+        and tool messages, for the caller to store together."""
         pending: list[dict[str, Any]] = []
         guard = RepeatGuard()
         answer: Completion | None = None
@@ -108,8 +186,7 @@ class Agent:
                 break
         text = await self.final_reply(turn, pending, answer)
         pending.append({"role": "assistant", "content": text})
-        self.store.append(turn.chat.id, [_to_new_message(entry) for entry in pending])
-        return text
+        return text, pending
 
     async def run_tools(self, turn: TurnContext, calls: list[ToolCall]) -> list[dict[str, Any]]:
         """The assistant message carrying `calls` (content "", never null: llama-cpp-python

@@ -6,8 +6,10 @@ loopback:
 
 - **kill**: `--kill-chats` × `--kill-messages` messages pushed at once to a slow model
   (`--delay` s a reply); once a few replies went out and every update was confirmed to
-  Telegram, the process gets SIGKILL; a new one starts on the same database and answers
-  what is left; then SIGTERM, timed (the target is a stop within 10 s).
+  Telegram, the process gets SIGKILL half a model reply later (mid-turn; a kill in the
+  instant between Telegram accepting a reply and its being recorded as delivered sends that
+  reply again after the restart: the Bot API has no idempotent send); a new one starts on
+  the same database and answers what is left; then SIGTERM, timed (target: within 10 s).
 - **load**: `--load-chats` × `--load-messages` messages pushed at once to a fast model,
   with sends failing now and then (a 502 every `--fail-every` sends, and some 429s with
   `retry_after`).
@@ -104,7 +106,7 @@ def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tal
     finally:
         conn.close()
     delivered: Counter[str] = Counter()
-    for sent in telegram.sent():
+    for sent in list(telegram.delivered):
         found = MESSAGE.search(str(sent.get("text", "")))
         if found is not None:
             delivered[f"{found.group(1)}-{found.group(2)}"] += 1
@@ -177,7 +179,8 @@ def push(telegram: FakeTelegramServer, chats: int, messages: int) -> set[str]:
 
 
 def delivered_count(telegram: FakeTelegramServer) -> int:
-    return len({m.group(0) for s in telegram.sent() if (m := MESSAGE.search(str(s.get("text"))))})
+    texts = [str(message.get("text")) for message in list(telegram.delivered)]
+    return len({found.group(0) for text in texts if (found := MESSAGE.search(text))})
 
 
 def kill_run(chats: int, messages: int, delay_s: float, timeout_s: float) -> dict[str, Any]:
@@ -192,6 +195,7 @@ def kill_run(chats: int, messages: int, delay_s: float, timeout_s: float) -> dic
         bot.start()
         pushed = push(telegram, chats, messages)
         telegram.wait_for(lambda tg: not tg.updates and delivered_count(tg) >= chats, timeout_s)
+        time.sleep(delay_s / 2)  # mid-turn: the model is working on the next replies
         before_kill = delivered_count(telegram)
         bot.kill()
         began = time.perf_counter()

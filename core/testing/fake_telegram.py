@@ -55,6 +55,7 @@ class FakeTelegramServer(LoopbackServer):
 
     def __init__(self) -> None:
         self.calls: list[Call] = []
+        self.delivered: list[dict[str, Any]] = []  # the messages sendMessage accepted
         self.updates: list[dict[str, Any]] = []
         self.reject_entities = False
         self.reads_all_group_messages = False  # getMe: False while BotFather's privacy mode is on
@@ -200,6 +201,9 @@ class FakeTelegramServer(LoopbackServer):
             "from": BOT_USER,
             "text": text,
         }
+        with self._changed:
+            self.delivered.append(message)
+            self._changed.notify_all()
         return 200, {"ok": True, "result": message}
 
     def _handler_class(self) -> type[JsonHandler]:

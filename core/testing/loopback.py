@@ -31,11 +31,15 @@ class JsonHandler(BaseHTTPRequestHandler):
             pass  # the client stopped waiting (a timeout, or polling cancelled at shutdown)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # 50 chats calling at once must not wait for the backlog (5)
+
+
 class LoopbackServer:
     """Serves `handler` on 127.0.0.1 between `__enter__` and `__exit__`."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler], poll_interval: float = 0.5):
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,

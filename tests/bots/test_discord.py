@@ -54,6 +54,7 @@ async def dc_runtime(tmp_path: Path, fake_llm: FakeOpenAIServer) -> AsyncIterato
 @pytest.fixture
 async def harness(dc_runtime: Runtime) -> AsyncIterator[Harness]:
     channel = DiscordChannel(dc_runtime.config.discord, dc_runtime.extensions.command_list())
+    dc_runtime.dispatcher.attach(channel)  # as `mnemo run` does: replies go out through it
     client = channel.bind(dc_runtime.dispatcher)
     # dpytest keeps its fake members only in a member cache, which needs the members intent;
     # the bot itself does not (it only reads message authors).

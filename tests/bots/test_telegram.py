@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -15,13 +16,15 @@ from bots.app import run_platform
 from bots.runtime import Runtime, build_runtime
 from bots.telegram import TelegramChannel
 from core.api import Channel
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.dispatcher import Dispatcher
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.testing.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
 from tests.conftest import make_config
 
 ALICE = user(101, "Alice", "alice")
 BOB = user(102, "Bob")
 GROUP = {"id": -1001, "type": "supergroup", "title": "Friends"}
+FAST_RETRIES = (0.05, 0.05, 0.05)
 FORUM = {"id": -1002, "type": "supergroup", "title": "Forum", "is_forum": True}
 
 
@@ -62,6 +65,7 @@ def tg_runtime(
 ) -> Iterator[Runtime]:
     telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url}
     runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
+    runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=FAST_RETRIES)
     yield runtime
     runtime.close()
 
@@ -69,6 +73,7 @@ def tg_runtime(
 @contextlib.asynccontextmanager
 async def running(runtime: Runtime, tg: FakeTelegramServer) -> AsyncIterator[TelegramChannel]:
     channel = TelegramChannel(runtime.config.telegram, runtime.extensions.command_list())
+    runtime.dispatcher.attach(channel)  # as `mnemo run` does: replies go out through it
     task = asyncio.create_task(channel.run(runtime.dispatcher))
     try:
         await eventually(lambda: bool(tg.sent("getUpdates")) or task.done())
@@ -273,18 +278,60 @@ async def test_409_conflict_backs_off_with_a_clear_log_line(
     assert replies_to(tg, 101)[0]["text"] == "echo: still there?"
 
 
-async def test_failing_update_does_not_stop_the_others(
-    tg_runtime: Runtime, tg: FakeTelegramServer, caplog: pytest.LogCaptureFixture
+async def test_a_failed_send_is_retried_and_the_chat_keeps_its_order(
+    tg_runtime: Runtime, tg: FakeTelegramServer
 ) -> None:
-    tg.fail_next("sendMessage", 400, "Bad Request: chat not found")
+    attempts = 1 + len(FAST_RETRIES)
+    tg.fail_next("sendMessage", 502, "Bad Gateway", times=attempts)  # a whole delivery fails
     async with running(tg_runtime, tg):
         tg.push_message(private(ALICE), ALICE, "first")
-        await eventually(
-            lambda: any("failed (the other updates go on)" in r.message for r in caplog.records)
-        )
+        await eventually(lambda: len(replies_to(tg, 101)) == attempts)
         tg.push_message(private(ALICE), ALICE, "second")
+        await eventually(lambda: len(replies_to(tg, 101)) == attempts + 2)
+    texts = [reply["text"] for reply in replies_to(tg, 101)]
+    assert texts == ["echo: first"] * (attempts + 1) + ["echo: second"]  # first goes out first
+    totals = tg_runtime.deliveries.delivery_totals("telegram")
+    assert (totals.replies, totals.delivered, totals.failed_attempts) == (2, 2, attempts)
+
+
+async def test_a_replayed_update_is_answered_once(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    message = {"message_id": 555, "date": 0, "chat": private(ALICE), "from": ALICE, "text": "once"}
+    async with running(tg_runtime, tg):
+        tg.push_update({"message": message})
+        await eventually(lambda: len(replies_to(tg, 101)) == 1)
+        tg.push_update({"message": message})  # the same message again, in a new update
+        tg.push_message(private(ALICE), ALICE, "next")
         await eventually(lambda: len(replies_to(tg, 101)) == 2)
-    assert replies_to(tg, 101)[1]["text"] == "echo: second"
+    assert [reply["text"] for reply in replies_to(tg, 101)] == ["echo: once", "echo: next"]
+    assert [row[2] for row in stored(tg_runtime, "101") if row[0] == "user"] == ["once", "next"]
+    assert len(fake_llm.requests) == 2
+
+
+async def test_typing_shows_only_for_the_turn_that_runs(
+    tg_runtime: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    model_may_answer = threading.Event()
+
+    def held_back(request: dict[str, object]) -> FakeReply:
+        assert model_may_answer.wait(10)
+        return echo_responder(request)
+
+    fake_llm.responder = held_back
+    async with running(tg_runtime, tg):
+        for i in range(5):
+            tg.push_message(private(ALICE), ALICE, f"message {i}")
+        await eventually(lambda: tg_runtime.deliveries.delivery_totals().pending == 5)
+        await eventually(lambda: len(fake_llm.requests) == 1)
+        await asyncio.sleep(0.3)  # a queued message's own typing loop would have shown by now
+        assert len(tg.sent("sendChatAction")) == 1  # only the turn with the model
+        model_may_answer.set()
+        await eventually(lambda: len(replies_to(tg, 101)) == 5)
+    assert [reply["text"] for reply in replies_to(tg, 101)] == [
+        f"echo: message {i}" for i in range(5)
+    ]
+    assert len(tg.sent("sendChatAction")) == 5  # one per turn, each as it started
 
 
 async def test_media_is_stored_as_a_placeholder(

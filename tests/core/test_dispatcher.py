@@ -1,65 +1,353 @@
-"""The dispatcher: chats run concurrently, turns within a chat never overlap."""
+"""The dispatcher: every message stored as it arrives, each chat's turns one at a time and
+in order (across runtimes on one database too), replies delivered and retried, what a
+stop or a crash left taken up at the next start, a full disk never called "saved"."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-from core.api import Inbound, Outbound
-from core.dispatcher import Dispatcher
+import pytest
 
+from bots.runtime import Runtime, build_runtime
+from core import default_plugin
+from core.api import Extension, Inbound, TurnContext
+from core.config import Config
+from core.dispatcher import (
+    CRASH_REPLY,
+    FULL_REPLY,
+    NOT_STORED_FULL_REPLY,
+    Dispatcher,
+)
+from core.hooks import Host
+from core.testing.channels import RecordingChannel
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from tests.core.support import light_runtime, stored
 
-async def test_fifty_chats_run_at_the_same_time() -> None:
-    in_flight = 0
-    peak = 0
-    all_started = asyncio.Event()
-
-    async def handler(message: Inbound) -> Outbound:
-        nonlocal in_flight, peak
-        in_flight += 1
-        peak = max(peak, in_flight)
-        if in_flight == 50:
-            all_started.set()
-        # a "model call" that only finishes once every chat's call is under way
-        await asyncio.wait_for(all_started.wait(), timeout=5)
-        in_flight -= 1
-        return Outbound(message.channel, message.chat_id, "ok")
-
-    dispatch = Dispatcher(handler)
-    replies = await asyncio.gather(
-        *(dispatch(Inbound("terminal", f"chat{i}", "hi")) for i in range(50))
-    )
-    assert peak == 50
-    assert all(reply is not None and reply.text == "ok" for reply in replies)
+FAST_RETRIES = (0.01, 0.01, 0.01)
 
 
-async def test_turns_of_one_chat_are_serialised_in_order() -> None:
-    active = 0
-    overlaps = 0
-    order: list[str] = []
-
-    async def handler(message: Inbound) -> Outbound:
-        nonlocal active, overlaps
-        active += 1
-        overlaps += active > 1
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
-        order.append(message.text)
-        active -= 1
-        return Outbound(message.channel, message.chat_id, message.text)
-
-    dispatch = Dispatcher(handler)
-    await asyncio.gather(*(dispatch(Inbound("terminal", "same", str(i))) for i in range(20)))
-    assert overlaps == 0
-    assert order == [str(i) for i in range(20)]
-    assert dispatch._locks == {}  # locks of idle chats are released
+def said(text: str, chat_id: str = "c", message_id: str = "", respond: bool = True) -> Inbound:
+    return Inbound("terminal", chat_id, text, message_id=message_id, respond=respond)
 
 
-async def test_a_crash_becomes_an_error_reply() -> None:
-    async def handler(message: Inbound) -> Outbound:
-        raise ValueError("bug")
+async def eventually(check: Callable[[], bool], within: float = 10) -> None:
+    async with asyncio.timeout(within):
+        while not check():  # noqa: ASYNC110 (the condition lives in another thread or the db)
+            await asyncio.sleep(0.01)
 
-    dispatch = Dispatcher(handler)
-    reply = await dispatch(Inbound("terminal", "c", "hi", message_id="7"))
-    assert reply is not None and reply.is_error and reply.reply_to == "7"
-    quiet = await dispatch(Inbound("terminal", "c", "hi", respond=False))
+
+def fast(runtime: Runtime) -> Runtime:
+    """The runtime with a dispatcher that retries sends without waiting long."""
+    runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=FAST_RETRIES)
+    return runtime
+
+
+async def close(runtime: Runtime) -> None:
+    """Stop the dispatcher's turns first: nothing may touch the database after `close`."""
+    await runtime.dispatcher.stop()
+    runtime.close()
+
+
+@pytest.fixture
+async def rt(config: Config) -> AsyncIterator[Runtime]:
+    runtime = fast(light_runtime(config))
+    yield runtime
+    await close(runtime)
+
+
+class Gate:
+    """A model answer that waits until the test opens the gate (in the server's thread)."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+
+    def __call__(self, request: dict[str, Any]) -> FakeReply:
+        assert self.open.wait(10), "the test never opened the gate"
+        return echo_responder(request)
+
+
+async def test_fifty_chats_run_at_the_same_time(rt: Runtime, fake_llm: FakeOpenAIServer) -> None:
+    everyone = threading.Barrier(50, timeout=10)
+
+    def together(request: dict[str, Any]) -> FakeReply:
+        everyone.wait()  # every chat's model call must be under way at once
+        return echo_responder(request)
+
+    fake_llm.responder = together
+    replies = await asyncio.gather(*(rt.dispatcher(said("hi", f"chat{i}")) for i in range(50)))
+    assert [reply.text if reply else None for reply in replies] == ["echo: hi"] * 50
+
+
+async def test_turns_of_one_chat_run_one_at_a_time_in_order(rt: Runtime) -> None:
+    replies = await asyncio.gather(*(rt.dispatcher(said(f"m{i}")) for i in range(20)))
+    assert [reply.text if reply else None for reply in replies] == [
+        f"echo: m{i}" for i in range(20)
+    ]
+    history = stored(rt, "c")
+    assert history == [
+        pair for i in range(20) for pair in (("user", f"m{i}"), ("assistant", f"echo: m{i}"))
+    ]
+
+
+async def test_a_message_waiting_behind_a_slow_turn_is_stored_at_once(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    gate = Gate()
+    fake_llm.responder = gate
+    first = asyncio.create_task(rt.dispatcher(said("one", message_id="1")))
+    await eventually(lambda: len(fake_llm.requests) == 1)  # the first turn is with the model
+    second = asyncio.create_task(rt.dispatcher(said("two", message_id="2")))
+    await asyncio.sleep(0)  # the second message arrives (its handler starts)
+    totals = rt.deliveries.delivery_totals()
+    assert (totals.received, totals.pending) == (2, 2)
+    assert stored(rt, "c") == [("user", "one")]  # the history keeps the turn order
+    gate.open.set()
+    replies = await asyncio.gather(first, second)
+    assert [reply.text if reply else None for reply in replies] == ["echo: one", "echo: two"]
+    assert rt.deliveries.delivery_totals().pending == 0
+
+
+async def test_a_replayed_message_is_ignored(rt: Runtime, fake_llm: FakeOpenAIServer) -> None:
+    first = await rt.dispatcher(said("hello", message_id="42"))
+    again = await rt.dispatcher(said("hello", message_id="42"))
+    elsewhere = await rt.dispatcher(said("hello", chat_id="other", message_id="42"))
+    assert first is not None and first.text == "echo: hello"
+    assert again is None  # no second answer
+    assert elsewhere is not None  # message ids are unique per chat only
+    assert stored(rt, "c") == [("user", "hello"), ("assistant", "echo: hello")]
+    assert len(fake_llm.requests) == 2
+
+
+class Crasher(Extension):
+    """Crashes any turn whose message says "crash" (a bug in an extension)."""
+
+    name = "crasher"
+
+    async def intercept(self, turn: TurnContext) -> str | None:
+        if "crash" in turn.inbound.text:
+            raise ValueError("a bug")
+        return None
+
+
+class CrashPlugin:
+    def register_commands(self, cli: object) -> None:
+        pass
+
+    def extension(self, host: Host) -> Extension:
+        return Crasher()
+
+
+async def test_a_crash_becomes_an_error_reply_and_the_message_stays_saved(config: Config) -> None:
+    runtime = fast(build_runtime(config, plugins=[default_plugin, CrashPlugin()]))  # type: ignore[list-item]
+    try:
+        crashed = await runtime.dispatcher(said("please crash", message_id="7"))
+        fine = await runtime.dispatcher(said("and now?", message_id="8"))
+        quiet = await runtime.dispatcher(said("crash, unaddressed", message_id="9", respond=False))
+    finally:
+        history = stored(runtime, "c")
+        totals = runtime.deliveries.delivery_totals()
+        await close(runtime)
+    assert crashed is not None and crashed.is_error and crashed.reply_to == "7"
+    assert crashed.text == CRASH_REPLY  # it says "saved": the message is in the history
+    assert ("user", "please crash") in history
+    assert fine is not None and fine.text == "echo: and now?"
     assert quiet is None
+    assert (totals.answered, totals.recorded, totals.pending) == (2, 1, 0)
+
+
+async def test_typing_shows_only_while_a_turn_runs(rt: Runtime, fake_llm: FakeOpenAIServer) -> None:
+    channel = RecordingChannel()
+    rt.dispatcher.attach(channel)
+    gate = Gate()
+    fake_llm.responder = gate
+    waiting = [asyncio.create_task(rt.dispatcher(said(f"m{i}"))) for i in range(5)]
+    waiting.append(asyncio.create_task(rt.dispatcher(said("aside", respond=False))))
+    await eventually(lambda: len(fake_llm.requests) == 1)
+    assert channel.typing_now == 1  # the running turn only, not the four queued behind it
+    gate.open.set()
+    assert await asyncio.gather(*waiting) == [None] * 6  # replies went out through the channel
+    assert channel.typing_peak == 1
+    assert len(channel.typing_started) == 5  # one per answered turn, none for the aside
+    assert channel.texts() == [f"echo: m{i}" for i in range(5)]
+
+
+async def test_a_failed_send_is_retried_and_recorded(rt: Runtime) -> None:
+    channel = RecordingChannel()
+    rt.dispatcher.attach(channel)
+    channel.fail_next(2)
+    await rt.dispatcher(said("hello"))
+    assert channel.texts() == ["echo: hello"]
+    assert len(channel.failed) == 2
+    totals = rt.deliveries.delivery_totals()
+    assert (totals.replies, totals.delivered, totals.failed_attempts) == (1, 1, 2)
+
+
+async def test_undelivered_replies_go_out_after_a_restart(config: Config) -> None:
+    first = fast(light_runtime(config))
+    down = RecordingChannel()
+    first.dispatcher.attach(down)
+    down.fail_next(100)  # the platform is unreachable for this whole run
+    await first.dispatcher(said("one"))
+    await first.dispatcher(said("two"))
+    await first.dispatcher.stop()
+    totals = first.deliveries.delivery_totals()
+    assert (totals.answered, totals.delivered, totals.failed_attempts) == (2, 0, 8)
+    assert down.sent == []
+    await close(first)
+
+    second = fast(light_runtime(config))
+    try:
+        up = RecordingChannel()
+        second.dispatcher.attach(up)
+        assert len(second.dispatcher.resume()) == 1
+        await eventually(lambda: len(up.sent) == 2)
+        await second.dispatcher.stop()
+        totals = second.deliveries.delivery_totals()
+    finally:
+        await close(second)
+    assert up.texts() == ["echo: one", "echo: two"]  # each once, in order
+    assert (totals.replies, totals.delivered) == (2, 2)
+
+
+async def test_a_stop_keeps_waiting_messages_for_the_next_start(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    first = fast(light_runtime(config))
+    channel = RecordingChannel()
+    first.dispatcher.attach(channel)
+    gate = Gate()
+    fake_llm.responder = gate
+    handlers = [asyncio.create_task(first.dispatcher(said(f"m{i}"))) for i in range(5)]
+    await eventually(lambda: len(fake_llm.requests) == 1)
+    stopping = asyncio.create_task(first.dispatcher.stop(grace_s=5))
+    await asyncio.sleep(0.05)
+    assert all(task.done() for task in handlers[1:])  # the queued ones are handed back now
+    gate.open.set()  # the running turn finishes within the grace period
+    await stopping
+    assert await asyncio.gather(*handlers) == [None] * 5
+    assert channel.texts() == ["echo: m0"]
+    assert first.deliveries.delivery_totals().pending == 4
+    await close(first)
+
+    second = fast(light_runtime(config))
+    try:
+        again = RecordingChannel()
+        second.dispatcher.attach(again)
+        second.dispatcher.resume()
+        await eventually(lambda: len(again.sent) == 4)
+        await second.dispatcher.stop()
+        history = stored(second, "c")
+    finally:
+        await close(second)
+    assert again.texts() == [f"echo: m{i}" for i in range(1, 5)]
+    assert history == [
+        pair for i in range(5) for pair in (("user", f"m{i}"), ("assistant", f"echo: m{i}"))
+    ]
+
+
+async def test_a_turn_cut_by_the_grace_period_is_answered_once_at_the_next_start(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    first = fast(light_runtime(config))
+    first.dispatcher.attach(RecordingChannel())
+    gate = Gate()
+    fake_llm.responder = gate
+    handler = asyncio.create_task(first.dispatcher(said("slow one")))
+    await eventually(lambda: len(fake_llm.requests) == 1)
+    await first.dispatcher.stop(grace_s=0.1)  # the model is still thinking: cancelled
+    assert await handler is None
+    await close(first)
+    gate.open.set()
+
+    second = fast(light_runtime(config))
+    try:
+        channel = RecordingChannel()
+        second.dispatcher.attach(channel)
+        second.dispatcher.resume()
+        await eventually(lambda: len(channel.sent) == 1)
+        await second.dispatcher.stop()
+        history = stored(second, "c")
+    finally:
+        await close(second)
+    assert channel.texts() == ["echo: slow one"]
+    assert history == [("user", "slow one"), ("assistant", "echo: slow one")]  # stored once
+
+
+async def test_a_full_disk_is_never_called_saved(rt: Runtime) -> None:
+    channel = RecordingChannel()
+    rt.dispatcher.attach(channel)
+    await rt.dispatcher(said("a first message, stored"))
+    pages = rt.conn.execute("PRAGMA page_count").fetchone()[0]
+    rt.conn.execute(f"PRAGMA max_page_count = {pages}")  # the database file cannot grow
+    await rt.dispatcher(said("x" * 20_000, message_id="99"))
+    rt.conn.execute("PRAGMA max_page_count = 1073741823")
+    assert channel.texts() == ["echo: a first message, stored", NOT_STORED_FULL_REPLY]
+    assert channel.sent[-1].is_error and channel.sent[-1].reply_to == "99"
+    assert rt.deliveries.delivery_totals().received == 1  # nothing of it was stored
+    await rt.dispatcher(said("room again", message_id="99"))  # not taken for a replay
+    assert channel.texts()[-1] == "echo: room again"
+
+
+async def test_a_disk_that_fills_during_the_turn_says_saved_because_it_was(rt: Runtime) -> None:
+    channel = RecordingChannel()
+    rt.dispatcher.attach(channel)
+    assert rt.agent.accept(said("y" * 20_000, message_id="5")) is not None  # stored on arrival
+    pages = rt.conn.execute("PRAGMA page_count").fetchone()[0]
+    rt.conn.execute(f"PRAGMA max_page_count = {pages}")  # full before its turn starts
+    rt.dispatcher.resume()
+    await eventually(lambda: bool(channel.sent))
+    await rt.dispatcher.stop()
+    rt.conn.execute("PRAGMA max_page_count = 1073741823")
+    assert channel.texts() == [FULL_REPLY]  # "saved": the message is in the inbox
+    assert rt.deliveries.delivery_totals().received == 1
+
+
+async def test_commands_and_unaddressed_messages_are_never_answered_again(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    first = fast(light_runtime(config))
+    help_text = await first.dispatcher(said("/help", message_id="1"))
+    quiet = await first.dispatcher(said("just chatting", message_id="2", respond=False))
+    assert help_text is not None and quiet is None
+    await close(first)
+    second = fast(light_runtime(config))
+    try:
+        channel = RecordingChannel()
+        second.dispatcher.attach(channel)
+        assert second.dispatcher.resume() == []
+        totals = second.deliveries.delivery_totals()
+    finally:
+        await close(second)
+    assert channel.sent == [] and fake_llm.requests == []
+    assert (totals.answered, totals.recorded, totals.pending) == (1, 1, 0)
+
+
+async def test_two_runtimes_on_one_database_never_interleave_a_chat(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    def slow_echo(request: dict[str, Any]) -> FakeReply:
+        reply = echo_responder(request)
+        reply.delay_s = 0.05
+        return reply
+
+    fake_llm.responder = slow_echo
+    runtimes = [fast(light_runtime(config)), fast(light_runtime(config))]
+    channels = [RecordingChannel(), RecordingChannel()]
+    try:
+        for runtime, channel in zip(runtimes, channels, strict=True):
+            runtime.dispatcher.attach(channel)
+        sends = [runtimes[i % 2].dispatcher(said(f"m{i}", message_id=str(i))) for i in range(12)]
+        await asyncio.gather(*sends)
+        history = stored(runtimes[0], "c")
+        delivered = [*channels[0].texts(), *channels[1].texts()]
+    finally:
+        for runtime in runtimes:
+            await close(runtime)
+    assert len(history) == 24
+    for user, assistant in zip(history[::2], history[1::2], strict=True):
+        assert user[0] == "user" and assistant == ("assistant", f"echo: {user[1]}")
+    assert sorted(delivered) == sorted(f"echo: m{i}" for i in range(12))  # each exactly once
+    assert len(fake_llm.requests) == 12  # one turn per message: never two processes on one
