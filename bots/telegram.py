@@ -39,6 +39,7 @@ from core.config import TelegramConfig
 logger = logging.getLogger(__name__)
 
 TYPING_INTERVAL_S = 4.0
+SEND_POOL_TIMEOUT_S = 15.0
 CONCURRENT_UPDATES = 100_000
 STARTUP_WAIT_S = 60.0  # how long a reply waits for the channel to start (after a restart)
 COMMAND_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -97,6 +98,9 @@ class TelegramChannel:
             .concurrent_updates(CONCURRENT_UPDATES)
             .get_updates_request(SkippingUpdatesRequest(connection_pool_size=1))
             .rate_limiter(ReplyRateLimiter())
+            # A turn's send waits for a free connection rather than failing after PTB's
+            # default 1 s when many chats answer at once (each then retried: slower).
+            .pool_timeout(SEND_POOL_TIMEOUT_S)
             .build()
         )
 
@@ -236,22 +240,26 @@ class TelegramChannel:
             yield
             return
         chat, thread_id = split_chat_key(chat_id)
+        done = asyncio.Event()
 
         async def keep_typing() -> None:
-            while True:
+            while not done.is_set():
                 try:
                     await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     logger.debug("sendChatAction failed: %s", exc)
-                await asyncio.sleep(TYPING_INTERVAL_S)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), TYPING_INTERVAL_S)
 
         task = asyncio.create_task(keep_typing(), name="telegram-typing")
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Stopped, not cancelled: a request cancelled in flight can leave its pooled
+            # connection half-closed and taken for good (hundreds of them under load
+            # stalled every send); the request in flight ends within its own timeouts.
+            done.set()
+            await task
 
     # --- outbound --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from core.store import DeliveryTotals, StoredInbound, StoredReply, TurnLease
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _INBOX_COLUMNS = (
     "i.id, i.platform_message_id, i.sender_id, i.sender_name, i.text, i.respond,"
-    " i.message_id, c.id, c.channel, c.external_chat_id, c.title, c.kind"
+    " i.message_id, c.id, c.channel, c.external_chat_id, c.title, c.kind, i.sender_is_admin"
 )
 _OUTBOX_COLUMNS = "o.id, c.channel, c.external_chat_id, o.text, o.reply_to, o.is_error, o.attempts"
 
@@ -33,6 +33,7 @@ def _stored_inbound(row: tuple[Any, ...]) -> StoredInbound:
         chat_title=chat.title,
         respond=bool(row[5]),
         message_id=row[1] or "",
+        sender_is_admin=bool(row[12]),
     )
     return StoredInbound(row[0], chat, inbound, row[6] or 0)
 
@@ -55,9 +56,10 @@ class SqliteDeliveryStore:
             with transaction(self.conn):
                 cursor = self.conn.execute(
                     "INSERT INTO inbox (chat_id, platform_message_id, sender_id, sender_name,"
-                    " text, respond) VALUES (?, ?, ?, ?, ?, ?)",
+                    " text, respond, sender_is_admin) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (chat.id, inbound.message_id or None, inbound.sender_id,
-                     inbound.sender_name, inbound.text, int(inbound.respond)),
+                     inbound.sender_name, inbound.text, int(inbound.respond),
+                     int(inbound.sender_is_admin)),
                 )  # fmt: skip
         except IntegrityError as exc:
             if "UNIQUE" not in str(exc):

@@ -20,6 +20,7 @@ STATEMENTS = [
         platform_message_id TEXT,  -- the platform's id of the message; NULL when it has none
         sender_id TEXT NOT NULL DEFAULT '',
         sender_name TEXT NOT NULL DEFAULT '',
+        sender_is_admin INTEGER NOT NULL DEFAULT 0,  -- the platform says so (group admins)
         text TEXT NOT NULL DEFAULT '',  -- emptied once handled if `messages` has it
         respond INTEGER NOT NULL DEFAULT 1,  -- 0: store in the history, never answer
         -- pending: its turn has not finished; answered: its reply is in `outbox`;

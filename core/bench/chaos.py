@@ -136,14 +136,15 @@ class Bot:
 
     def start(self) -> None:
         polls = len(self.telegram.sent("getUpdates"))
-        self.process = subprocess.Popen(
-            [*MNEMO, "--config", str(self.config), "run"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=(self.work / "run.log").open("ab"),
-            env=bench_env(None),
-            cwd=self.work,
-        )
+        with (self.work / "run.log").open("ab") as log:  # the child keeps its own copy
+            self.process = subprocess.Popen(
+                [*MNEMO, "--config", str(self.config), "run"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=bench_env(None),
+                cwd=self.work,
+            )
         self.telegram.wait_for(lambda tg: len(tg.sent("getUpdates")) > polls, START_TIMEOUT_S)
 
     def kill(self) -> None:

@@ -141,3 +141,19 @@ def test_an_upgraded_database_has_nothing_to_answer_again(tmp_path: Path) -> Non
         assert store.chats_awaiting(["telegram"], max_attempts=3) == [chat.id]
     finally:
         upgraded.close()
+
+
+def test_a_stored_message_comes_back_with_every_field_it_arrived_with(conn: Connection) -> None:
+    """A turn run from the inbox (after a wait or a restart) sees the same `Inbound` the
+    channel made: a field added to `Inbound` but not stored fails here."""
+    chat = SqliteSessionStore(conn).get_or_create_chat("telegram", "-100", "Team", "group")
+    arrived = Inbound(
+        "telegram", "-100", "hello", sender_id="7", sender_name="Ann", chat_kind="group",
+        chat_title="Team", respond=False, message_id="42", sender_is_admin=True,
+    )  # fmt: skip
+    defaults = Inbound("telegram", "-100", "hello")
+    changed = [name for name in vars(arrived) if getattr(arrived, name) != getattr(defaults, name)]
+    assert sorted(changed) == sorted(set(vars(arrived)) - {"channel", "chat_id", "text"})
+    stored = SqliteDeliveryStore(conn).receive(chat, arrived)
+    assert stored is not None and stored.inbound == arrived
+    assert SqliteDeliveryStore(conn).next_pending(chat.id) == stored
