@@ -6,25 +6,22 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 import pytest
 
 from bots.app import run_platform
-from bots.runtime import Runtime, build_runtime
+from bots.runtime import Runtime
 from bots.telegram import TelegramChannel
 from core.api import Channel
-from core.dispatcher import Dispatcher
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.testing.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
-from tests.conftest import make_config
+from tests.bots.conftest import FAST_RETRIES
 
 ALICE = user(101, "Alice", "alice")
 BOB = user(102, "Bob")
 GROUP = {"id": -1001, "type": "supergroup", "title": "Friends"}
-FAST_RETRIES = (0.05, 0.05, 0.05)
 FORUM = {"id": -1002, "type": "supergroup", "title": "Forum", "is_forum": True}
 
 
@@ -51,23 +48,6 @@ def stored(runtime: Runtime, chat_id: str) -> list[tuple[str, str, str]]:
     if chat is None:
         return []
     return [(m.role, m.sender, m.content) for m in runtime.store.history(chat.id)]
-
-
-@pytest.fixture
-def tg() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-def tg_runtime(
-    tmp_path: Path, fake_llm: FakeOpenAIServer, tg: FakeTelegramServer
-) -> Iterator[Runtime]:
-    telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url}
-    runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
-    runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=FAST_RETRIES)
-    yield runtime
-    runtime.close()
 
 
 @contextlib.asynccontextmanager

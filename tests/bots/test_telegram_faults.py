@@ -6,15 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from telegram import Bot
 from telegram.error import TelegramError
 
-from bots.runtime import Runtime, build_runtime
+from bots.runtime import Runtime
 from bots.telegram_delivery import SEND_RETRIES, ReplyRateLimiter
 from bots.telegram_updates import readable_update
 from core.api import Outbound
@@ -23,25 +21,8 @@ from core.errors import DeliveryFailed
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.testing.fake_telegram import FakeTelegramServer
 from tests.bots.test_telegram import ALICE, BOB, eventually, private, replies_to, running, stored
-from tests.conftest import make_config
 
 LONG_REPLY = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 40 for i in range(9))
-
-
-@pytest.fixture
-def tg() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
-def tg_runtime(
-    tmp_path: Path, fake_llm: FakeOpenAIServer, tg: FakeTelegramServer
-) -> Iterator[Runtime]:
-    telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url}
-    runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
-    yield runtime
-    runtime.close()
 
 
 def message(chat: dict[str, Any], text: object, **fields: Any) -> dict[str, Any]:
