@@ -1,8 +1,10 @@
-"""Shared fixtures: a fake OpenAI server on loopback, a config on tmp_path, a runtime."""
+"""Shared fixtures: a fake OpenAI server on loopback, a config on tmp_path, a runtime, and a
+real PostgreSQL server on 127.0.0.1 (started once per session, only if a test asks)."""
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -17,6 +19,7 @@ from bots.runtime import Runtime, build_runtime
 from core.config import Config, load_config
 from core.db import Connection, connect
 from core.testing.fake_openai import FakeOpenAIServer
+from core.testing.postgres import PostgresServer
 from memory.embeddings import Embedder, load_embedder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +30,7 @@ _CACHE = tempfile.mkdtemp(prefix="mnemo-test-cache-")
 os.environ["MNEMO_CACHE_DIR"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 MNEMO = [sys.executable, "-m", "bots.cli"]
+_DATABASE_NUMBERS = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +47,27 @@ def conn(tmp_path: Path) -> Iterator[Connection]:
     connection = connect(tmp_path / "mnemo.db")
     yield connection
     connection.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL 18 + pgvector server for the whole session, started on first use."""
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A database on the session's server (shared by the session: clean up what you create)."""
+    return postgres_server.create_database("mnemo_test")
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """An empty database of the test's own on the session's server, dropped afterwards."""
+    name = f"test_{next(_DATABASE_NUMBERS)}"
+    yield postgres_server.create_database(name)
+    postgres_server.drop_database(name)
 
 
 @pytest.fixture
