@@ -22,12 +22,6 @@ MENTION_ENTITY = [{"type": "mention", "offset": 0, "length": len(BOT_USERNAME) +
 
 
 @pytest.fixture
-def tg() -> Iterator[FakeTelegramServer]:
-    with FakeTelegramServer() as server:
-        yield server
-
-
-@pytest.fixture
 def tg_runtime(
     tmp_path: Path, fake_llm: FakeOpenAIServer, tg: FakeTelegramServer
 ) -> Iterator[Runtime]:
