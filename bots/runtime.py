@@ -10,15 +10,16 @@ from dataclasses import dataclass
 from core import default_plugin
 from core.assembly import build_agent
 from core.config import Config
-from core.db import Connection, connect
+from core.db import Connection
 from core.discovery import discover
 from core.dispatcher import Dispatcher
 from core.extensions import Extensions
 from core.hooks import Plugin
 from core.llm import OpenAILLM
 from core.request_plan import RequestPlanner
-from core.sqlite_store import SqliteSessionStore
+from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
+from core.stores import session_store
 from core.turn import Agent
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
@@ -47,11 +48,16 @@ HTTP_LOGGERS = (
 @dataclass
 class Runtime:
     config: Config
-    conn: Connection
+    storage: Storage
     store: SessionStore
     llm: OpenAILLM
     agent: Agent
     dispatcher: Dispatcher
+
+    @property
+    def conn(self) -> Connection:
+        """The SQLite connection (SQLite-only tools and tests)."""
+        return self.storage.sqlite_conn
 
     @property
     def extensions(self) -> Extensions:
@@ -82,15 +88,19 @@ class Runtime:
                 logger.debug("could not ask the server about %s: %s", model, exc)
 
     def close(self) -> None:
-        self.conn.close()
+        self.storage.close()
 
 
 def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtime:
-    conn = connect(config.storage.database_path)
-    store = SqliteSessionStore(conn)
-    llm = OpenAILLM(config.llm)
-    agent = build_agent(config, conn, store, llm, plugins)
-    return Runtime(config, conn, store, llm, agent, Dispatcher(agent))
+    storage = open_storage(config.storage)
+    try:
+        store = session_store(storage)
+        llm = OpenAILLM(config.llm)
+        agent = build_agent(config, storage, store, llm, plugins)
+    except BaseException:
+        storage.close()
+        raise
+    return Runtime(config, storage, store, llm, agent, Dispatcher(agent))
 
 
 def configure_logging(level: str) -> None:

@@ -10,33 +10,33 @@ from collections.abc import Sequence
 
 from core.compaction import Compactor
 from core.config import Config
-from core.db import Connection
 from core.extensions import Extensions
 from core.hooks import Host, Plugin
 from core.llm import LLM
 from core.request_plan import RequestPlanner
-from core.sqlite_delivery_store import SqliteDeliveryStore
+from core.storage import Storage
 from core.store import DeliveryStore, SessionStore
+from core.stores import delivery_store
 from core.turn import Agent
 
 
 def build_agent(
     config: Config,
-    db: Connection,
+    storage: Storage,
     store: SessionStore,
     llm: LLM,
     plugins: Sequence[Plugin],
     deliveries: DeliveryStore | None = None,
 ) -> Agent:
     """An agent whose extensions are those of `plugins`, registered in order. `deliveries`
-    must share `store`'s connection (default: SQLite on `db`)."""
+    must share `store`'s database (default: the one for `storage`)."""
     extensions = Extensions()
     compactor = Compactor(config, store, llm, before=extensions.before_compaction)
     planner = RequestPlanner(config, store, extensions.tools, llm.model)
-    host = Host(config, db, store, llm, extensions, compactor, planner)
+    host = Host(config, storage, store, llm, extensions, compactor, planner)
     for plugin in plugins:
         extension = plugin.extension(host)
         if extension is not None:
             extensions.add(extension)
-    deliveries = deliveries if deliveries is not None else SqliteDeliveryStore(db)
+    deliveries = deliveries if deliveries is not None else delivery_store(storage)
     return Agent(config, store, llm, extensions, planner, compactor, deliveries)

@@ -20,6 +20,7 @@ ENV_OVERRIDES = {
     "OPENAI_BASE_URL": ("llm", "base_url"),
     "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
     "DISCORD_BOT_TOKEN": ("discord", "token"),
+    "MNEMO_STORAGE_URL": ("storage", "url"),
 }
 
 
@@ -40,10 +41,32 @@ class LLMConfig(Section):
 
 
 class StorageConfig(Section):
+    """Where everything is kept. `url` unset: SQLite at `data_dir/mnemo.db` (one machine);
+    `sqlite:///path/to/file.db`: SQLite elsewhere; `postgresql://user:pw@host/db`: every
+    store on PostgreSQL, shared by bot processes and reflector workers on many machines."""
+
     data_dir: Path = Path("data")
+    url: str = ""
+    pool_size: int = Field(default=4, ge=1, le=100)  # PostgreSQL connections per process
+
+    @field_validator("url")
+    @classmethod
+    def _known_engine(cls, url: str) -> str:
+        if url and not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError(
+                f"{url!r} is neither sqlite:///path nor postgresql://user@host/database"
+            )
+        return url
+
+    @property
+    def engine(self) -> Literal["sqlite", "postgresql"]:
+        return "postgresql" if self.url.startswith(("postgresql://", "postgres://")) else "sqlite"
 
     @property
     def database_path(self) -> Path:
+        """The SQLite file (also where a PostgreSQL deployment's local files would go)."""
+        if self.url.startswith("sqlite:///"):
+            return Path(self.url.removeprefix("sqlite:///"))
         return self.data_dir / "mnemo.db"
 
 

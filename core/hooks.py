@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Protocol
 from core.api import Extension
 from core.compaction import Compactor
 from core.config import Config
-from core.db import Connection
 from core.extensions import Extensions
 from core.llm import LLM
 from core.request_plan import RequestPlanner
+from core.storage import Storage
 from core.store import SessionStore
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class Host:
     """What a running bot offers the extensions it builds."""
 
     config: Config
-    db: Connection
+    storage: Storage
     store: SessionStore
     llm: LLM
     extensions: Extensions

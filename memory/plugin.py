@@ -27,4 +27,4 @@ def extension(host: Host) -> Extension:
     from memory.extension import MemoryExtension
     from memory.sqlite_store import SqliteMemoryStore
 
-    return MemoryExtension(host.config, SqliteMemoryStore(host.db))
+    return MemoryExtension(host.config, SqliteMemoryStore(host.storage.sqlite_conn))

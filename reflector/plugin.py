@@ -29,6 +29,8 @@ def extension(host: Host) -> Extension:
     from reflector.playbook import default_contributors
     from reflector.reflection import sqlite_reflector
 
-    contributors = default_contributors(SqliteStrategyStore(host.db))
-    reflector = sqlite_reflector(host.config, host.db, host.llm, contributors=contributors)
+    contributors = default_contributors(SqliteStrategyStore(host.storage.sqlite_conn))
+    reflector = sqlite_reflector(
+        host.config, host.storage.sqlite_conn, host.llm, contributors=contributors
+    )
     return ReflectorExtension(host.config, reflector)

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core.config import Config, load_config
+from core.config import Config, StorageConfig, load_config
 from core.db import Connection, connect
+from core.storage import Storage, open_storage
 from core.testing.fake_openai import FakeOpenAIServer
 from core.testing.postgres import PostgresServer
 from memory.embeddings import Embedder, load_embedder
@@ -68,6 +69,22 @@ def fresh_postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
     name = f"test_{next(_DATABASE_NUMBERS)}"
     yield postgres_server.create_database(name)
     postgres_server.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """`[storage] url` for each engine: a test using it runs once on SQLite, once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'mnemo.db'}"
+    return str(request.getfixturevalue("fresh_postgres_url"))
+
+
+@pytest.fixture
+def storage(storage_url: str) -> Iterator[Storage]:
+    """A migrated database of each engine (the store contract tests run on both)."""
+    opened = open_storage(StorageConfig(url=storage_url))
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ def is_store_module(path: Path) -> bool:
     return (
         path.name == "store.py"
         or path.name.endswith("_store.py")
-        or relative == Path("core/db.py")
+        or relative in (Path("core/db.py"), Path("core/pg_db.py"))
         or relative.parts[0] == "migrations"
     )
 

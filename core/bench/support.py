@@ -18,6 +18,7 @@ from core.config import Config, load_config
 from core.db import Connection, connect
 from core.llm import OpenAILLM
 from core.sqlite_store import SqliteSessionStore
+from core.storage import sqlite_storage
 from core.summary import is_summary_request
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.turn import Agent
@@ -60,7 +61,7 @@ def bench_agent(
         conn = connect(config.storage.database_path)
         try:
             store = SqliteSessionStore(conn)
-            agent = build_agent(config, conn, store, OpenAILLM(config.llm), [])
+            agent = build_agent(config, sqlite_storage(conn), store, OpenAILLM(config.llm), [])
             core = CoreExtension(config, store, agent.extensions, agent.compactor, agent.planner)
             agent.extensions.add(core)  # the built-ins, without the plugin (it registers us)
             for extension in extensions(config, conn):

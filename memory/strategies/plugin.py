@@ -22,4 +22,4 @@ def extension(host: Host) -> Extension:
     from memory.strategies.extension import StrategyExtension
     from memory.strategies.sqlite_store import SqliteStrategyStore
 
-    return StrategyExtension(SqliteStrategyStore(host.db))
+    return StrategyExtension(SqliteStrategyStore(host.storage.sqlite_conn))

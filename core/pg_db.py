@@ -1,0 +1,217 @@
+"""The one way to open Mnemo's PostgreSQL database: a psycopg 3 connection pool, explicit
+transactions shared by every store of the process, migrations under an advisory lock.
+
+Why psycopg 3 (not asyncpg): Mnemo's store interfaces are synchronous (SQLite's are, and a
+store call never awaits, so a transaction never spans an `await`); psycopg 3 serves that
+shape directly, ships a pool (psycopg-pool) that checks and replaces broken connections,
+and speaks COPY for `mnemo storage migrate`. asyncpg would have made every store method a
+coroutine for no gain in a process whose turns wait on a model for hundreds of ms.
+
+A unit of work is `with db.transaction() as conn:`. The connection it holds is remembered
+in a context variable, so every store called inside it (a turn's messages, its inbox state
+and its reply) writes through the same connection and commits together or not at all;
+nested use joins the outer one. Outside a transaction, `with db.connection() as conn:`
+borrows a connection for one statement or a few reads, committed when it returns.
+
+A connection that died (server restart, network cut) is found by the pool's check before
+it is handed out and replaced; a statement outside a transaction that still meets a dead
+connection is retried once on a fresh one (`db.read`, `db.write`). Inside a transaction
+the error propagates and the whole transaction is rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import StorageError, StorageFull
+
+logger = logging.getLogger(__name__)
+
+# SQLSTATE classes: 53100 disk_full, 53200 out_of_memory, 08* connection exceptions.
+DISK_FULL = "53100"
+MIGRATION_LOCK = 0x6D6E656D6F  # "mnemo": one process migrates at a time
+
+_warned_no_vector = False
+
+Params = Sequence[Any] | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PgInfo:
+    """What `PgDatabase` found: the server and whether pgvector is installed."""
+
+    url: str
+    server_version: str
+    vector_version: str | None
+    vector_error: str | None
+
+    @property
+    def vector_loaded(self) -> bool:
+        return self.vector_version is not None
+
+    @property
+    def display_url(self) -> str:
+        """The URL without its password, for logs and `mnemo doctor`."""
+        return redact_url(self.url)
+
+
+def redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}"
+
+
+class PgDatabase:
+    """A pool of connections to one PostgreSQL database, and the unit-of-work helpers."""
+
+    def __init__(self, url: str, *, pool_size: int = 4, migrate: bool = True) -> None:
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - both are dependencies
+            raise StorageError(f"PostgreSQL needs psycopg and psycopg-pool: {exc}") from exc
+        self.url = url
+        self._current: ContextVar[psycopg.Connection[Any] | None] = ContextVar(
+            f"mnemo_pg_{id(self)}", default=None
+        )
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            check=ConnectionPool.check_connection,
+            kwargs={"autocommit": False, "connect_timeout": 10},
+            name="mnemo",
+            timeout=30,
+        )
+        try:  # one direct attempt first: a wrong URL fails at once, not after the pool's retries
+            psycopg.connect(url, connect_timeout=10).close()
+            self.pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            self.pool.close()
+            raise StorageError(f"cannot connect to {redact_url(url)}: {_first_line(exc)}") from None
+        self.info = self._inspect()
+        if migrate:
+            self.migrate()
+
+    # -- units of work ------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """One transaction on one connection; stores called inside share it. Nested: joins."""
+        current = self._current.get()
+        if current is not None:
+            yield current
+            return
+        with _translated(), self.pool.connection() as conn:
+            token = self._current.set(conn)
+            try:
+                yield conn  # the pool commits on a clean exit, rolls back on an exception
+            finally:
+                self._current.reset(token)
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """The open transaction's connection, or a borrowed one committed on return."""
+        current = self._current.get()
+        if current is not None:
+            yield current
+            return
+        with _translated(), self.pool.connection() as conn:
+            yield conn
+
+    def in_transaction(self) -> bool:
+        return self._current.get() is not None
+
+    def read(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        """Every row of one query (retried once on a fresh connection if the connection died
+        and no transaction is open)."""
+        rows: list[tuple[Any, ...]] = self._retrying(
+            lambda conn: conn.execute(sql, params).fetchall()
+        )
+        return rows
+
+    def read_one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
+        rows = self.read(sql, params)
+        return rows[0] if rows else None
+
+    def write(self, sql: str, params: Params = ()) -> int:
+        """One statement; its row count. Committed at once unless a transaction is open."""
+        return int(self._retrying(lambda conn: conn.execute(sql, params).rowcount))
+
+    def _retrying(self, work: Any) -> Any:
+        import psycopg
+
+        if self.in_transaction():
+            with self.connection() as conn:
+                return work(conn)
+        for attempt in (1, 2):
+            try:
+                with self.connection() as conn:
+                    return work(conn)
+            except StorageError as exc:
+                if attempt == 2 or not isinstance(exc.__cause__, psycopg.OperationalError):
+                    raise
+                logger.warning("PostgreSQL connection lost (%s); retrying once", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- setup --------------------------------------------------------------------
+
+    def _inspect(self) -> PgInfo:
+        global _warned_no_vector
+        with self.connection() as conn:
+            version = str(conn.execute("SHOW server_version").fetchone()[0])
+            row = conn.execute(
+                "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+            ).fetchone()
+        if row is None:
+            error = "the pgvector extension is not installed on the server"
+            if not _warned_no_vector:
+                logger.warning("%s; memory ranking runs in this process", error)
+                _warned_no_vector = True
+            return PgInfo(self.url, version, None, error)
+        return PgInfo(self.url, version, str(row[0]), None)
+
+    def migrate(self, upto: int | None = None) -> list[str]:
+        """Apply pending migrations in one transaction, under an advisory lock so that
+        processes starting together migrate once."""
+        from migrations import migrate_postgresql
+
+        with self.transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            if self.info.vector_loaded:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            return migrate_postgresql(conn, upto)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    """psycopg's errors as Mnemo's: a full disk is `StorageFull`, a lost or refused
+    connection a `StorageError` (its cause kept, so callers can tell)."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    try:
+        yield
+    except psycopg.errors.DiskFull as exc:
+        raise StorageFull(f"the database server's disk is full: {_first_line(exc)}") from exc
+    except psycopg.OperationalError as exc:
+        raise StorageError(f"PostgreSQL: {_first_line(exc)}") from exc
+    except PoolTimeout as exc:
+        raise StorageError(f"no PostgreSQL connection within 30 s: {exc}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

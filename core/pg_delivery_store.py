@@ -1,0 +1,12 @@
+"""PostgreSQL `DeliveryStore` (placeholder until the PostgreSQL stores land)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import StorageError
+
+
+class PgDeliveryStore:
+    def __init__(self, db: Any) -> None:
+        raise StorageError("the PostgreSQL delivery store is not built yet")
