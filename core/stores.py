@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from core.file_store import DirectoryFileStore, FileStore
 from core.storage import Storage
 from core.store import DeliveryStore, SessionStore
 
@@ -25,3 +28,12 @@ def delivery_store(storage: Storage) -> DeliveryStore:
     from core.sqlite_delivery_store import SqliteDeliveryStore
 
     return SqliteDeliveryStore(storage.sqlite_conn)
+
+
+def file_store(storage: Storage, data_dir: Path) -> FileStore:
+    """The chats' files: under `data_dir` on SQLite, in the database on PostgreSQL."""
+    if storage.postgres is not None:
+        from core.pg_file_store import PgFileStore
+
+        return PgFileStore(storage.postgres)
+    return DirectoryFileStore(data_dir)

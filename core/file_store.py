@@ -1,0 +1,118 @@
+"""Where a chat's files live: AGENTS.md file memory, stored tool results, compaction archives.
+
+Paths are relative to the data dir and use `/` (`telegram/42/tool-results/…txt`). On SQLite
+(one machine) they are real files under `[storage] data_dir`, so an operator can read and
+edit them; on PostgreSQL they are rows of `stored_files` (core/pg_file_store.py), so a bot
+process on any machine reads the same memory. `mnemo chat export` still writes Markdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from core.errors import InputError
+
+
+class FileStore(Protocol):
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None if there is no such file."""
+        ...
+
+    def write_text(self, path: str, text: str) -> None:
+        """Create or replace the file atomically (a crash leaves the old or the new text)."""
+        ...
+
+    def delete(self, path: str) -> bool:
+        """Delete one file; True if it existed."""
+        ...
+
+    def delete_tree(self, prefix: str) -> int:
+        """Delete every file under the directory `prefix`; how many there were."""
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Every file under the directory `prefix` (recursively), sorted."""
+        ...
+
+    def location(self, path: str) -> str:
+        """Where `path` is, for people: an absolute file path, or `postgresql:<path>`."""
+        ...
+
+
+def clean_path(path: str) -> str:
+    """`path` as a normalised relative path; an error for absolute paths, `..` and empties."""
+    pure = PurePosixPath(path.replace("\\", "/"))
+    if pure.is_absolute() or not pure.parts or any(part in ("..", ".") for part in pure.parts):
+        raise InputError(f"{path!r} is not a path inside the data dir")
+    return pure.as_posix()
+
+
+def clean_prefix(prefix: str) -> str:
+    """A directory prefix ('' for everything) with one trailing `/`."""
+    return "" if prefix.strip("/") == "" else clean_path(prefix.strip("/")) + "/"
+
+
+class DirectoryFileStore:
+    """Files under one directory (the SQLite deployment's data dir)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, path: str) -> Path:
+        return self.root / clean_path(path)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            return self._path(path).read_text(encoding="utf-8", errors="replace")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def write_text(self, path: str, text: str) -> None:
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+
+    def delete(self, path: str) -> bool:
+        target = self._path(path)
+        for leftover in target.parent.glob(f".{target.name}.*.tmp"):
+            leftover.unlink(missing_ok=True)
+        try:
+            target.unlink()
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+        return True
+
+    def delete_tree(self, prefix: str) -> int:
+        names = self.list(prefix)
+        for name in names:
+            self.delete(name)
+        directory = self.root / clean_prefix(prefix)
+        for sub in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if sub.is_dir():
+                _remove_if_empty(sub)
+        if clean_prefix(prefix):
+            _remove_if_empty(directory)
+        return len(names)
+
+    def list(self, prefix: str) -> list[str]:
+        directory = self.root / clean_prefix(prefix)
+        if not directory.is_dir():
+            return []
+        return sorted(
+            path.relative_to(self.root).as_posix()
+            for path in directory.rglob("*")
+            if path.is_file() and not path.name.endswith(".tmp")
+        )
+
+    def location(self, path: str) -> str:
+        return str(self._path(path).resolve())
+
+
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        directory.rmdir()

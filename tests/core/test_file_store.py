@@ -1,0 +1,70 @@
+"""The chats' files behave the same as files under the data dir (SQLite deployments) and as
+rows in PostgreSQL (`stored_files`): read, atomic replace, delete, trees, and no escaping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.errors import InputError
+from core.file_store import DirectoryFileStore, FileStore
+from core.pg_db import PgDatabase
+from core.pg_file_store import PgFileStore
+from migrations import PG_NOW_FUNCTION, m0013_stored_files
+
+
+@pytest.fixture(params=["directory", "postgresql"])
+def files(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FileStore]:
+    if request.param == "directory":
+        yield DirectoryFileStore(tmp_path / "data")
+        return
+    db = PgDatabase(request.getfixturevalue("fresh_postgres_url"), migrate=False)
+    with db.transaction() as conn:
+        conn.execute(PG_NOW_FUNCTION)
+        m0013_stored_files.apply_postgresql(conn)
+    yield PgFileStore(db)
+    db.close()
+
+
+def test_write_read_replace_delete(files: FileStore) -> None:
+    assert files.read_text("telegram/42/AGENTS.md") is None
+    files.write_text("telegram/42/AGENTS.md", "Ann likes tea")
+    files.write_text("telegram/42/AGENTS.md", "Ann likes coffee — ☕")
+    assert files.read_text("telegram/42/AGENTS.md") == "Ann likes coffee — ☕"
+    assert files.delete("telegram/42/AGENTS.md") is True
+    assert files.delete("telegram/42/AGENTS.md") is False
+    assert files.read_text("telegram/42/AGENTS.md") is None
+
+
+def test_trees_list_and_delete_only_their_own_files(files: FileStore) -> None:
+    files.write_text("telegram/42/AGENTS.md", "a")
+    files.write_text("telegram/42/archive/one.md", "b")
+    files.write_text("telegram/421/AGENTS.md", "c")  # a sibling whose name starts the same
+    files.write_text("AGENTS.md", "global")
+    assert files.list("telegram/42") == ["telegram/42/AGENTS.md", "telegram/42/archive/one.md"]
+    assert files.list("") == sorted(
+        [
+            "AGENTS.md",
+            "telegram/42/AGENTS.md",
+            "telegram/42/archive/one.md",
+            "telegram/421/AGENTS.md",
+        ]
+    )
+    assert files.delete_tree("telegram/42/") == 2
+    assert files.list("") == ["AGENTS.md", "telegram/421/AGENTS.md"]
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/../../b", ""])
+def test_paths_cannot_leave_the_data_dir(files: FileStore, bad: str) -> None:
+    with pytest.raises(InputError):
+        files.write_text(bad, "x")
+
+
+def test_the_location_says_where_a_file_is(files: FileStore, tmp_path: Path) -> None:
+    where = files.location("telegram/42/AGENTS.md")
+    assert where in (
+        str((tmp_path / "data/telegram/42/AGENTS.md").resolve()),
+        "postgresql:telegram/42/AGENTS.md",
+    )
