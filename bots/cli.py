@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bots.runtime import PLUGINS, Runtime, build_runtime, configure_logging
+from bots.storage_cli import storage_group
 from bots.terminal import TerminalChannel
 from core.api import Check
 from core.config import Config, load_config, resolve_config_path
@@ -195,6 +196,7 @@ def bench() -> None:
 
 for plugin in PLUGINS:
     plugin.register_commands(cli)
+cli.add_command(storage_group)
 
 
 def main() -> None:
