@@ -217,3 +217,14 @@ def test_two_processes_see_each_others_writes(core_storage_url: str) -> None:
     finally:
         one.close()
         two.close()
+
+
+def test_doctor_names_the_engine_and_its_vector_search(core_storage: Storage) -> None:
+    from bots.cli import vector_check
+
+    check = vector_check(core_storage)
+    assert check.ok, check.line()
+    if core_storage.engine == "postgresql":
+        assert "(PostgreSQL 18" in core_storage.describe() and check.name == "pgvector"
+    else:
+        assert "(SQLite " in core_storage.describe() and check.name == "sqlite-vec"
