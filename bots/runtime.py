@@ -19,7 +19,7 @@ from core.llm import OpenAILLM
 from core.request_plan import RequestPlanner
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
-from core.stores import session_store
+from core.stores import file_store, session_store
 from core.turn import Agent
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
@@ -96,7 +96,8 @@ def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtim
     try:
         store = session_store(storage)
         llm = OpenAILLM(config.llm)
-        agent = build_agent(config, storage, store, llm, plugins)
+        files = file_store(storage, config.storage.data_dir)
+        agent = build_agent(config, storage, store, llm, plugins, files=files)
     except BaseException:
         storage.close()
         raise

@@ -41,4 +41,6 @@ def register_commands(cli: click.Group) -> None:
 def extension(host: Host) -> Extension:
     from core.builtins import CoreExtension
 
-    return CoreExtension(host.config, host.store, host.extensions, host.compactor, host.planner)
+    return CoreExtension(
+        host.config, host.store, host.extensions, host.compactor, host.planner, host.files
+    )

@@ -1,6 +1,7 @@
 """The dispatcher: every message stored as it arrives, each chat's turns one at a time and
 in order (across runtimes on one database too), replies delivered and retried, what a
-stop or a crash left taken up at the next start, a full disk never called "saved"."""
+stop or a crash left taken up at the next start, a full disk never called "saved". On both
+engines: every runtime here opens `core_storage_url` (two runtimes: two PostgreSQL pools)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,17 @@ async def close(runtime: Runtime) -> None:
     """Stop the dispatcher's turns first: nothing may touch the database after `close`."""
     await runtime.dispatcher.stop()
     runtime.close()
+
+
+@pytest.fixture
+def config(config: Config, core_storage_url: str) -> Config:
+    config.storage.url = core_storage_url
+    return config
+
+
+def sqlite_only(runtime: Runtime) -> None:
+    if runtime.storage.engine != "sqlite":
+        pytest.skip("a SQLite page limit stands in for a full disk; PostgreSQL has no such knob")
 
 
 @pytest.fixture
@@ -277,6 +289,7 @@ async def test_a_turn_cut_by_the_grace_period_is_answered_once_at_the_next_start
 
 
 async def test_a_full_disk_is_never_called_saved(rt: Runtime) -> None:
+    sqlite_only(rt)
     channel = RecordingChannel()
     rt.dispatcher.attach(channel)
     await rt.dispatcher(said("a first message, stored"))
@@ -292,6 +305,7 @@ async def test_a_full_disk_is_never_called_saved(rt: Runtime) -> None:
 
 
 async def test_a_disk_that_fills_during_the_turn_says_saved_because_it_was(rt: Runtime) -> None:
+    sqlite_only(rt)
     channel = RecordingChannel()
     rt.dispatcher.attach(channel)
     assert rt.agent.accept(said("y" * 20_000, message_id="5")) is not None  # stored on arrival
