@@ -11,7 +11,7 @@ fixture.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,10 @@ SUPERSEDE_EDGES = """CREATE TABLE memory_supersede_edges (
 
 def memory_pg_database(url: str) -> PgDatabase:
     """A PostgreSQL database with the tables the memory package uses."""
-    db = PgDatabase(url, migrate=False)
+    return _migrated(PgDatabase(url, migrate=False))
+
+
+def _migrated(db: PgDatabase) -> PgDatabase:
     if all(m.apply_postgresql is not None for m in all_migrations()):
         db.migrate()
         return db
@@ -54,6 +57,13 @@ def memory_pg_database(url: str) -> PgDatabase:
         else:
             conn.execute(SUPERSEDE_EDGES)
     return db
+
+
+def without_pgvector(url: str) -> Storage:
+    """A PostgreSQL database as on a server without pgvector (the store sees no extension)."""
+    db = PgDatabase(url, migrate=False)
+    db.info = replace(db.info, vector_version=None, vector_error="not installed (test)")
+    return Storage(postgres=_migrated(db))
 
 
 @dataclass
@@ -80,6 +90,14 @@ class Engine:
         )
         assert row is not None
         return int(row[0])
+
+    def another_connection(self) -> Storage:
+        """A second connection (pool) to the same database, as another process has."""
+        if self.storage.sqlite is not None:
+            return Storage(sqlite=connect(Path(self.storage.sqlite.info.path)))
+        db = PgDatabase(self.storage.pg.url, migrate=False)
+        db.info = self.storage.pg.info
+        return Storage(postgres=db)
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of one query; `?` placeholders on both engines."""
