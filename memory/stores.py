@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.clock import utc_now
 from core.storage import Storage
 from memory.store import MemoryStore
-from memory.strategies.store import StrategyStore
+from memory.strategies.store import Clock, StrategyStore
 
 if TYPE_CHECKING:
     from memory.embeddings import Embedder
@@ -27,14 +28,15 @@ def memory_store(storage: Storage, embedder: Embedder | None = None) -> MemorySt
     return SqliteMemoryStore(storage.sqlite_conn, embedder)
 
 
-def strategy_store(storage: Storage) -> StrategyStore:
+def strategy_store(storage: Storage, clock: Clock | None = None) -> StrategyStore:
+    """Learned strategies; `clock` (tests, benchmarks) stands in for the time of day."""
     if storage.postgres is not None:
         from memory.strategies.pg_store import PgStrategyStore
 
-        return PgStrategyStore(storage.postgres)
+        return PgStrategyStore(storage.postgres, clock or utc_now)
     from memory.strategies.sqlite_store import SqliteStrategyStore
 
-    return SqliteStrategyStore(storage.sqlite_conn)
+    return SqliteStrategyStore(storage.sqlite_conn, clock or utc_now)
 
 
 def file_memory(storage: Storage, data_dir: Path) -> FileMemory:

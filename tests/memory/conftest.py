@@ -71,6 +71,7 @@ class Engine:
     """One engine's storage, and what the tests read of it directly."""
 
     storage: Storage
+    data_dir: Path = Path("/nonexistent/mnemo-test-data")  # the `engine` fixture's: tmp_path
 
     @property
     def name(self) -> str:
@@ -94,7 +95,7 @@ class Engine:
     def another_connection(self) -> Storage:
         """A second connection (pool) to the same database, as another process has."""
         if self.storage.sqlite is not None:
-            return Storage(sqlite=connect(Path(self.storage.sqlite.info.path)))
+            return Storage(sqlite=connect(self.storage.sqlite.info.path))
         db = PgDatabase(self.storage.pg.url, migrate=False)
         db.info = self.storage.pg.info
         return Storage(postgres=db)
@@ -142,5 +143,5 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
         storage = Storage(
             postgres=memory_pg_database(request.getfixturevalue("fresh_postgres_url"))
         )
-    yield Engine(storage)
+    yield Engine(storage, tmp_path / "data")
     storage.close()
