@@ -22,7 +22,7 @@ def chat_memories(keeper: MemoryKeeper, chat: Chat) -> list[Memory]:
 
 
 def memory_counts(keeper: MemoryKeeper, chat: Chat) -> dict[str, int]:
-    notes = keeper.files.scope("chat", chat.channel, chat.external_chat_id).path.is_file()
+    notes = keeper.files.exists("chat", chat.channel, chat.external_chat_id)
     return {MEMORIES: len(chat_memories(keeper, chat)), NOTES: int(notes)}
 
 

@@ -13,31 +13,35 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from core.sqlite_store import SqliteSessionStore
+    from core.store import SessionStore
     from memory.keeper import MemoryKeeper
 
 CHAT_HELP = "The chat: channel:chat_id (e.g. terminal:local, telegram:-100123) or its number."
 
 
 @contextmanager
-def open_keeper(load_model: bool = True) -> Iterator[tuple[MemoryKeeper, SqliteSessionStore]]:
-    """The memory keeper (its model loaded, unless not needed) and the session store."""
+def open_keeper(load_model: bool = True) -> Iterator[tuple[MemoryKeeper, SessionStore]]:
+    """The memory keeper (its model loaded, unless not needed) and the session store, on
+    the engine `[storage] url` names."""
     from core.cli import current_config
-    from core.db import connect
-    from core.sqlite_store import SqliteSessionStore
+    from core.storage import open_storage
+    from core.stores import session_store
     from memory.keeper import MemoryKeeper
-    from memory.sqlite_store import SqliteMemoryStore
+    from memory.stores import file_memory, memory_store
 
     config = current_config()
-    conn = connect(config.storage.database_path)
+    storage = open_storage(config.storage)
     try:
         keeper = MemoryKeeper(
-            config, SqliteMemoryStore(conn), None if load_model else (lambda: None)
+            config,
+            memory_store(storage),
+            None if load_model else (lambda: None),
+            file_memory(storage, config.storage.data_dir),
         )
         keeper.load_embedder_now()
-        yield keeper, SqliteSessionStore(conn)
+        yield keeper, session_store(storage)
     finally:
-        conn.close()
+        storage.close()
 
 
 def chat_option(function: click.decorators.FC) -> click.decorators.FC:
@@ -48,7 +52,7 @@ def chat_option(function: click.decorators.FC) -> click.decorators.FC:
 
 
 def _target(
-    sessions: SqliteSessionStore, chat: str | None, global_: bool, create: bool = False
+    sessions: SessionStore, chat: str | None, global_: bool, create: bool = False
 ) -> int | None:
     """None for --global; else the chat's id (by number or channel:chat_id)."""
     from core.cli import chat_param

@@ -18,6 +18,7 @@ from core.config import Config
 from core.errors import InputError, ToolError
 from memory.chat_data import export_memory, forget_memory, memory_counts
 from memory.explicit import parse_explicit
+from memory.files import FileMemory
 from memory.injection import max_injectable, memories_section
 from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
 from memory.store import MemoryStore, parse_memory_id
@@ -36,9 +37,10 @@ class MemoryExtension(Extension):
         config: Config,
         store: MemoryStore,
         embedder_factory: EmbedderFactory | None = None,
+        files: FileMemory | None = None,
     ) -> None:
         self.config = config
-        self.keeper = MemoryKeeper(config, store, embedder_factory)
+        self.keeper = MemoryKeeper(config, store, embedder_factory, files)
         self._tools = MemoryTools(self.keeper)
 
     async def start(self) -> None:

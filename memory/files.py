@@ -1,4 +1,4 @@
-"""File memory: AGENTS.md notes in three scopes (global, channel, chat) under the data dir.
+"""File memory: AGENTS.md notes in three scopes (global, channel, chat), in the file store.
 
 Chat ids and channel names come from outside, so every path segment is built from a
 reversible, separator-free encoding of them (`safe_segment`); nothing can leave the data dir.
@@ -6,12 +6,12 @@ reversible, separator-free encoding of them (`safe_segment`); nothing can leave 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.api import ContextSection
 from core.chat_files import safe_path_part
+from core.file_store import DirectoryFileStore, FileStore
 from core.text import clip_middle
 
 FILE_NAME = "AGENTS.md"
@@ -34,15 +34,19 @@ def safe_segment(name: str) -> str:
 @dataclass(frozen=True)
 class FileScope:
     scope: str
-    path: Path
-    label: str  # shown as the section's source, relative to the data dir
+    path: str  # relative to the data dir, '/'-separated (the file store's name for it)
+    label: str  # shown as the section's source: the same relative path
 
 
 class FileMemory:
-    """Reads, writes and budgets the AGENTS.md files of one data dir."""
+    """Reads, writes and budgets the AGENTS.md files of one deployment, through a
+    `core.file_store.FileStore`: files under the data dir on SQLite, rows of `stored_files`
+    on PostgreSQL (so every machine reads the same notes). A `Path` means the directory."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = Path(data_dir)
+    def __init__(self, files: FileStore | Path) -> None:
+        self.files: FileStore = (
+            DirectoryFileStore(Path(files)) if isinstance(files, (str, Path)) else files
+        )
 
     def scope(self, scope: str, channel: str, chat_id: str) -> FileScope:
         if scope == "global":
@@ -53,37 +57,27 @@ class FileMemory:
             parts = [safe_segment(channel), safe_segment(chat_id)]
         else:
             raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-        path = self.data_dir.joinpath(*parts, FILE_NAME)
-        return FileScope(scope, path, "/".join([*parts, FILE_NAME]))
+        path = "/".join([*parts, FILE_NAME])
+        return FileScope(scope, path, path)
 
     def read(self, scope: str, channel: str, chat_id: str) -> str:
-        path = self.scope(scope, channel, chat_id).path
-        try:
-            return path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
+        return self.files.read_text(self.scope(scope, channel, chat_id).path) or ""
 
-    def write(self, scope: str, channel: str, chat_id: str, content: str) -> Path:
-        """Replace the scope's file atomically (a crash leaves the old or the new file)."""
+    def exists(self, scope: str, channel: str, chat_id: str) -> bool:
+        return self.files.read_text(self.scope(scope, channel, chat_id).path) is not None
+
+    def write(self, scope: str, channel: str, chat_id: str, content: str) -> str:
+        """Replace the scope's file atomically (a crash leaves the old or the new text);
+        return where it is (`FileStore.location`)."""
         if len(content) > MAX_WRITE_CHARS:
             raise ValueError(f"content is {len(content)} chars; the limit is {MAX_WRITE_CHARS}")
         path = self.scope(scope, channel, chat_id).path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-        temporary.write_text(content, encoding="utf-8")
-        os.replace(temporary, path)
-        return path
+        self.files.write_text(path, content)
+        return self.files.location(path)
 
     def delete(self, scope: str, channel: str, chat_id: str) -> bool:
-        """Delete the scope's file (and a write's leftover temporary); True if it existed."""
-        path = self.scope(scope, channel, chat_id).path
-        for leftover in path.parent.glob(f".{FILE_NAME}.*.tmp"):
-            leftover.unlink(missing_ok=True)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return False
-        return True
+        """Delete the scope's file; True if it existed."""
+        return self.files.delete(self.scope(scope, channel, chat_id).path)
 
     def sections(
         self, channel: str, chat_id: str, scope_max_chars: int, total_max_chars: int

@@ -104,10 +104,14 @@ def access_of(config: Config, turn: TurnContext) -> Access:
 
 class MemoryKeeper:
     def __init__(
-        self, config: Config, store: MemoryStore, embedder_factory: EmbedderFactory | None = None
+        self,
+        config: Config,
+        store: MemoryStore,
+        embedder_factory: EmbedderFactory | None = None,
+        files: FileMemory | None = None,
     ) -> None:
         self.config = config
-        self.files = FileMemory(config.storage.data_dir)
+        self.files = files or FileMemory(config.storage.data_dir)
         self._factory = embedder_factory or (
             lambda: load_embedder(config.memory.embedding_model, config.memory.query_precision)
         )

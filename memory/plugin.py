@@ -25,6 +25,7 @@ def register_commands(cli: click.Group) -> None:
 
 def extension(host: Host) -> Extension:
     from memory.extension import MemoryExtension
-    from memory.sqlite_store import SqliteMemoryStore
+    from memory.stores import file_memory, memory_store
 
-    return MemoryExtension(host.config, SqliteMemoryStore(host.storage.sqlite_conn))
+    files = file_memory(host.storage, host.config.storage.data_dir)
+    return MemoryExtension(host.config, memory_store(host.storage), files=files)

@@ -42,6 +42,11 @@ def token_list(text: str) -> list[str]:
     return found
 
 
+def has_cjk(text: str) -> bool:
+    """Whether `text` has a CJK character (tokenised as bigrams, not words)."""
+    return _HAS_CJK.search(text) is not None
+
+
 def jaccard(a: str, b: str) -> float:
     """Token-set overlap |A∩B| / |A∪B| of two texts (0.0 when both are empty)."""
     return jaccard_sets(tokens(a), tokens(b))

@@ -8,20 +8,22 @@ from contextlib import contextmanager
 import click
 
 from core.cli import chat_param, current_config
-from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.storage import open_storage
+from core.store import SessionStore
+from core.stores import session_store
+from memory.stores import strategy_store
 from memory.strategies.extension import describe
 from memory.strategies.lifecycle import ARCHIVED
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.store import StrategyStore
 
 
 @contextmanager
-def open_strategies() -> Iterator[tuple[SqliteStrategyStore, SqliteSessionStore]]:
-    conn = connect(current_config().storage.database_path)
+def open_strategies() -> Iterator[tuple[StrategyStore, SessionStore]]:
+    storage = open_storage(current_config().storage)
     try:
-        yield SqliteStrategyStore(conn), SqliteSessionStore(conn)
+        yield strategy_store(storage), session_store(storage)
     finally:
-        conn.close()
+        storage.close()
 
 
 @click.group("strategies")

@@ -19,7 +19,7 @@ def register_commands(cli: click.Group) -> None:
 
 
 def extension(host: Host) -> Extension:
+    from memory.stores import strategy_store
     from memory.strategies.extension import StrategyExtension
-    from memory.strategies.sqlite_store import SqliteStrategyStore
 
-    return StrategyExtension(SqliteStrategyStore(host.storage.sqlite_conn))
+    return StrategyExtension(strategy_store(host.storage))

@@ -8,6 +8,8 @@ import pytest
 
 from core.text import clip_middle
 from memory.files import MIN_SECTION_CHARS, FileMemory, budget_texts, safe_segment
+from memory.stores import file_memory
+from tests.memory.conftest import Engine
 
 HOSTILE_IDS = [
     "..",
@@ -31,10 +33,10 @@ HOSTILE_IDS = [
 @pytest.mark.parametrize("chat_id", HOSTILE_IDS)
 def test_chat_ids_cannot_escape_the_data_dir(tmp_path: Path, chat_id: str) -> None:
     files = FileMemory(tmp_path / "data")
-    path = files.write("chat", "telegram", chat_id, "note")
+    path = Path(files.write("chat", "telegram", chat_id, "note"))
     segment = safe_segment(chat_id)
     assert path.resolve().is_relative_to((tmp_path / "data").resolve())
-    assert path == tmp_path / "data" / "telegram" / segment / "AGENTS.md"
+    assert path == (tmp_path / "data" / "telegram" / segment / "AGENTS.md").resolve()
     assert "/" not in segment and "\\" not in segment and ".." not in segment
     assert "\x00" not in segment and not segment.startswith(".")
     assert len(segment) <= 96
@@ -49,13 +51,15 @@ def test_encoding_is_collision_free_for_lookalikes() -> None:
 
 def test_hostile_channel_name_is_encoded_too(tmp_path: Path) -> None:
     files = FileMemory(tmp_path)
-    path = files.write("channel", "../evil", "1", "x")
+    path = Path(files.write("channel", "../evil", "1", "x"))
     assert path.parent.name == safe_segment("../evil")
-    assert path.parent.parent == tmp_path
+    assert path.parent.parent == tmp_path.resolve()
 
 
-def test_scopes_are_separate_files_and_sections_come_global_first(tmp_path: Path) -> None:
-    files = FileMemory(tmp_path)
+def test_scopes_are_separate_files_and_sections_come_global_first(engine: Engine) -> None:
+    """On SQLite the notes are files under the data dir; on PostgreSQL rows every machine
+    reads (`stored_files`): the same scopes, sections and deletes either way."""
+    files = file_memory(engine.storage, engine.data_dir)
     files.write("chat", "telegram", "42", "chat note")
     files.write("global", "telegram", "42", "global note")
     files.write("channel", "telegram", "42", "channel note")
@@ -69,6 +73,12 @@ def test_scopes_are_separate_files_and_sections_come_global_first(tmp_path: Path
     assert sections[0].source == "AGENTS.md"
     assert sections[2].source == "telegram/42/AGENTS.md"
     assert files.sections("telegram", "43", 20_000, 50_000)[-1].text == "channel note"
+    assert files.exists("chat", "telegram", "42") and not files.exists("chat", "telegram", "43")
+    assert files.delete("chat", "telegram", "42") and not files.delete("chat", "telegram", "42")
+    assert files.read("chat", "telegram", "42") == ""
+    assert files.read("global", "", "") == "global note"
+    on_disk = (engine.data_dir / "AGENTS.md").is_file()
+    assert on_disk == (engine.name == "sqlite")  # PostgreSQL keeps no file on this machine
 
 
 def test_scope_budget_cuts_70_head_20_tail_with_marker() -> None:

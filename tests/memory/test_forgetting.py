@@ -11,9 +11,8 @@ import pytest
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.config import Config
-from core.db import Connection, connect
+from core.db import connect
 from core.llm import OpenAILLM
-from core.sqlite_store import SqliteSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.embeddings import Embedder
 from memory.forgetting import (
@@ -30,6 +29,7 @@ from reflector.extension import ReflectorExtension
 from reflector.facts import FactWriter, PreparedFact
 from reflector.reflection import sqlite_reflector
 from tests.conftest import run_mnemo, write_config
+from tests.memory.conftest import Engine
 from tests.memory.test_extension import chat_id_of, memory_ext, run_tool
 
 
@@ -227,11 +227,11 @@ def test_an_old_database_gains_senders_and_tombstones_keeping_its_memories(
     conn.close()
 
 
-def test_a_fact_forgotten_while_a_pass_ran_is_skipped_at_commit(conn: Connection) -> None:
+def test_a_fact_forgotten_while_a_pass_ran_is_skipped_at_commit(engine: Engine) -> None:
     """The pass compares facts with tombstones before its commit; one made meanwhile is
     still caught by the commit itself."""
-    store = SqliteMemoryStore(conn)
-    chat = SqliteSessionStore(conn).get_or_create_chat("terminal", "c1").id
+    store = engine.store()
+    chat = engine.chat("c1")
     memory_id = store.add(chat, "Ana likes green tea", "PROFILE", source="t")
     store.forget(memory_id, forgotten_by="Ana (terminal:c1)")
     prepared = [

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
-from core.db import Connection, connect, transaction
+from core.db import Connection
 from core.sqlite_store import SqliteSessionStore
-from memory import index_store, keyword_cache, posting_lists
+from memory import index_store, keyword_cache, pg_index_store, posting_lists
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists
 from memory.posting_lists import PostingLists, memory_stems, query_terms
-from memory.sqlite_store import SqliteMemoryStore
+from memory.stores import memory_store
 from memory.terms import jaccard_sets, token_list
+from tests.memory.conftest import Engine
 
 # Words whose Porter stems FTS5 and PyStemmer agree on, so both indexes hold the same terms.
 ROWS = [
@@ -139,9 +139,9 @@ def test_a_mostly_stale_vocabulary_is_numbered_afresh(monkeypatch: pytest.Monkey
     assert_same_ranking(shrunk, small, ["bees", "garden"])
 
 
-def test_stems_and_diacritics_match_across_word_forms(conn: Connection) -> None:
-    a = chat(conn, "a")
-    store = SqliteMemoryStore(conn)
+def test_stems_and_diacritics_match_across_word_forms(engine: Engine) -> None:
+    a = engine.chat("a")
+    store = engine.store()
     hiking = store.add(a, "Went hiking in the Alps", "EVENT", source="t")
     cafe = store.add(a, "Meets Ana at the Café Central", "EVENT", source="t")
     assert [mid for mid, _ in bm25_ids(store, a, "does she like hikes?", 5)] == [hiking]
@@ -149,9 +149,9 @@ def test_stems_and_diacritics_match_across_word_forms(conn: Connection) -> None:
     assert [mid for mid, _ in jaccard_ids(store, a, "the hikes in the alps")] == [hiking]
 
 
-def test_lists_are_reused_until_the_chat_changes(conn: Connection) -> None:
-    a, b = chat(conn, "a"), chat(conn, "b")
-    store = SqliteMemoryStore(conn)
+def test_lists_are_reused_until_the_chat_changes(engine: Engine) -> None:
+    a, b = engine.chat("a"), engine.chat("b")
+    store = engine.store()
     first = store.add(a, "likes green tea", "PROFILE", source="t")
     cached = keyword_lists(store, a)
     assert keyword_lists(store, a) is cached
@@ -172,9 +172,9 @@ def test_lists_are_reused_until_the_chat_changes(conn: Connection) -> None:
     assert len(bm25_ids(store, a, "office coffee", 5)) == 2  # its own and the global one
 
 
-def test_a_change_re_reads_only_the_memories_it_touched(conn: Connection) -> None:
-    a = chat(conn, "a")
-    store = SqliteMemoryStore(conn)
+def test_a_change_re_reads_only_the_memories_it_touched(engine: Engine) -> None:
+    a = engine.chat("a")
+    store = engine.store()
     old = store.add(a, "keeps two cats", "PROFILE", source="t")
     before = keyword_lists(store, a)
     new = store.add(a, "the cats are called Miso and Tofu", "PROFILE", source="t")
@@ -185,14 +185,14 @@ def test_a_change_re_reads_only_the_memories_it_touched(conn: Connection) -> Non
 
 @pytest.mark.parametrize("recent_min", [256, 3])
 def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
-    conn: Connection, monkeypatch: pytest.MonkeyPatch, recent_min: int
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, recent_min: int
 ) -> None:
     """Adds, edits, moves, archives, expiries and deletes across chats and the global scope,
     with merges along the way: after them, every chat ranks as if built from scratch."""
     monkeypatch.setattr(posting_lists, "RECENT_MIN", recent_min)
     rng = random.Random(3)
-    chats = [chat(conn, name) for name in "abc"]
-    store = SqliteMemoryStore(conn)
+    chats = [engine.chat(name) for name in "abc"]
+    store = engine.store()
     words = ["red", "blue", "garden", "roses", "tea", "coffee", "cats", "dogs", "piano"]
     words += ["violin", "Kyoto", "Lima", "sun", "rain"]
     live: list[int] = []
@@ -209,13 +209,11 @@ def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
             store.update(rng.choice(live), text())
         elif action < 0.75:
             target = rng.choice(live)
-            conn.execute(
-                "UPDATE memories SET chat_id = ? WHERE id = ?", (rng.choice(chats), target)
-            )
+            engine.run("UPDATE memories SET chat_id = ? WHERE id = ?", (rng.choice(chats), target))
         elif action < 0.85:
             store.archive(live.pop(rng.randrange(len(live))))
         elif action < 0.9:
-            conn.execute(
+            engine.run(
                 "UPDATE memories SET expires_at = '2000-01-01T00:00:00.000Z' WHERE id = ?",
                 (live.pop(rng.randrange(len(live))),),
             )
@@ -227,25 +225,25 @@ def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
                 assert_same_ranking(keyword_lists(store, chat_id), fresh, words[:8] + ["sun rain"])
 
 
-def test_changes_made_by_another_connection_are_seen(conn: Connection) -> None:
-    a = chat(conn, "a")
-    SqliteMemoryStore(conn).add(a, "owns a sailing boat", "PROFILE", source="t")
-    assert len(bm25_ids(SqliteMemoryStore(conn), a, "boat", 5)) == 1
-    other = connect(Path(conn.info.path))  # e.g. a reflector worker in another process
+def test_changes_made_by_another_connection_are_seen(engine: Engine) -> None:
+    a = engine.chat("a")
+    engine.store().add(a, "owns a sailing boat", "PROFILE", source="t")
+    assert len(bm25_ids(engine.store(), a, "boat", 5)) == 1
+    other = engine.another_connection()  # e.g. a reflector worker in another process
     try:
-        added = SqliteMemoryStore(other).add(a, "the boat is called Wren", "PROFILE", source="t")
-        SqliteMemoryStore(other).delete(1)
+        added = memory_store(other).add(a, "the boat is called Wren", "PROFILE", source="t")
+        memory_store(other).delete(1)
     finally:
         other.close()
-    assert [mid for mid, _ in bm25_ids(SqliteMemoryStore(conn), a, "boat", 5)] == [added]
+    assert [mid for mid, _ in bm25_ids(engine.store(), a, "boat", 5)] == [added]
 
 
-def test_uncommitted_writes_are_seen_but_never_kept(conn: Connection) -> None:
-    a = chat(conn, "a")
-    store = SqliteMemoryStore(conn)
+def test_uncommitted_writes_are_seen_but_never_kept(engine: Engine) -> None:
+    a = engine.chat("a")
+    store = engine.store()
     store.add(a, "plays chess on fridays", "PROFILE", source="t")
     committed = keyword_lists(store, a)
-    with pytest.raises(RuntimeError), transaction(conn):
+    with pytest.raises(RuntimeError), store.transaction():
         store.add(a, "plays chess online", "PROFILE", source="t")
         inside = bm25_ids(store, a, "chess", 5)
         assert len(inside) == 2
@@ -256,11 +254,11 @@ def test_uncommitted_writes_are_seen_but_never_kept(conn: Connection) -> None:
 
 
 def test_cache_keeps_at_most_its_budget_of_memories(
-    conn: Connection, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(keyword_cache, "CACHE_MEMORIES", 3)
-    store = SqliteMemoryStore(conn)
-    chats = [chat(conn, name) for name in "abc"]
+    store = engine.store()
+    chats = [engine.chat(name) for name in "abc"]
     for chat_id in chats:
         store.add(chat_id, "keeps bees", "PROFILE", source="t")
         store.add(chat_id, "sells honey", "PROFILE", source="t")
@@ -270,19 +268,19 @@ def test_cache_keeps_at_most_its_budget_of_memories(
     assert len(bm25_ids(store, chats[2], "honey bees", 5)) == 2
 
 
-def test_triggers_log_what_ranking_sees(conn: Connection) -> None:
-    a, b = chat(conn, "a"), chat(conn, "b")
-    store = SqliteMemoryStore(conn)
+def test_triggers_log_what_ranking_sees(engine: Engine) -> None:
+    a, b = engine.chat("a"), engine.chat("b")
+    store = engine.store()
 
     def log() -> list[tuple[int, int]]:
-        rows = conn.execute("SELECT scope, memory_id FROM memory_changes ORDER BY seq")
+        rows = engine.rows("SELECT scope, memory_id FROM memory_changes ORDER BY seq")
         return [(int(scope), int(memory_id)) for scope, memory_id in rows]
 
     memory_id = store.add(a, "likes jazz", "PROFILE", source="t")
     assert log() == [(a, memory_id)]
     store.touch(memory_id, confidence=0.9)
     assert len(log()) == 1
-    conn.execute("UPDATE memories SET chat_id = ? WHERE id = ?", (b, memory_id))
+    engine.run("UPDATE memories SET chat_id = ? WHERE id = ?", (b, memory_id))
     assert log()[1:] == [(b, memory_id), (a, memory_id)]  # both scopes hear of the move
     store.update(memory_id, "likes free jazz")
     assert log()[3:] == [(b, memory_id)]
@@ -292,26 +290,27 @@ def test_triggers_log_what_ranking_sees(conn: Connection) -> None:
 
 
 def test_a_pruned_log_rebuilds_lists_that_missed_entries(
-    conn: Connection, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(index_store, "LOG_PRUNE_AT", 6)
-    monkeypatch.setattr(index_store, "LOG_KEEP", 2)
-    a, b = chat(conn, "a"), chat(conn, "b")
-    store = SqliteMemoryStore(conn)
-    store.add(a, "grows basil", "PROFILE", source="t")
+    for module in (index_store, pg_index_store):
+        monkeypatch.setattr(module, "LOG_PRUNE_AT", 6)
+        monkeypatch.setattr(module, "LOG_KEEP", 2)
+    a, b = engine.chat("a"), engine.chat("b")
+    store = engine.store()
+    first = store.add(a, "grows basil", "PROFILE", source="t")
     store.add(b, "grows mint", "PROFILE", source="t")
     behind = keyword_lists(store, a)
     assert store.prune_change_log() == 0  # 2 rows: under the threshold
     ids = [store.add(b, f"note {n}", "EVENT", source="t") for n in range(3)]
     moved = store.add(b, "grows thyme", "PROFILE", source="t")
-    conn.execute("UPDATE memories SET chat_id = ? WHERE id = ?", (a, moved))  # logged early
+    engine.run("UPDATE memories SET chat_id = ? WHERE id = ?", (a, moved))  # logged early
     for memory_id in ids:
         store.delete(memory_id)
     assert store.prune_change_log() > 0
-    assert conn.execute("SELECT count(*) FROM memory_changes").fetchone()[0] == 3  # 2 + marker
+    assert engine.rows("SELECT count(*) FROM memory_changes")[0][0] == 3  # 2 + marker
     after = keyword_lists(store, a)
     assert after is not behind and len(after) == 2
-    assert {mid for mid, _ in bm25_ids(store, a, "grows", 5)} == {1, moved}
+    assert {mid for mid, _ in bm25_ids(store, a, "grows", 5)} == {first, moved}
 
 
 def test_query_terms_are_distinct_stems_without_stop_words() -> None:

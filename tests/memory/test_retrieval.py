@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.db import Connection, connect
+from core.db import connect
 from core.sqlite_store import SqliteSessionStore
+from core.storage import Storage
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
 from memory.retrieval import MODES, effective_mode, rank_memories, score_fusion
@@ -19,6 +20,7 @@ from memory.terms import (
     jaccard,
     tokens,
 )
+from tests.memory.conftest import Engine, without_pgvector
 
 CORPUS = {
     "dog": "The user's dog is a golden retriever called Rex",
@@ -37,44 +39,43 @@ QUESTIONS = [
 ]
 
 
-def corpus(conn: Connection, embedder: Embedder | None, chat_name: str = "a") -> dict[str, int]:
-    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", chat_name).id
-    store = SqliteMemoryStore(conn, embedder)
+def corpus(engine: Engine, embedder: Embedder | None, chat_name: str = "a") -> dict[str, int]:
+    chat_id = engine.chat(chat_name)
+    store = engine.store(embedder)
     return {key: store.add(chat_id, text, "PROFILE", source="t") for key, text in CORPUS.items()}
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_each_mode_finds_the_known_answer(conn: Connection, embedder: Embedder, mode: str) -> None:
-    ids = corpus(conn, embedder)
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+def test_each_mode_finds_the_known_answer(engine: Engine, embedder: Embedder, mode: str) -> None:
+    ids = corpus(engine, embedder)
+    chat_id = engine.chat("a")
     for question, key in QUESTIONS:
-        ranked = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, question, 3, mode=mode)
+        ranked = rank_memories(engine.store(embedder), chat_id, question, 3, mode=mode)
         assert ranked, (mode, question)
         assert ranked[0].memory.id == ids[key], (mode, question, ranked[0].memory.content)
 
 
 def test_semantic_modes_find_paraphrases_keywords_cannot(
-    conn: Connection, embedder: Embedder
+    engine: Engine, embedder: Embedder
 ) -> None:
-    ids = corpus(conn, embedder)
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    ids = corpus(engine, embedder)
+    chat_id = engine.chat("a")
     question = "Which pet do I have?"  # no word in common with the dog memory
     assert all(
         r.memory.id != ids["dog"]
-        for r in rank_memories(SqliteMemoryStore(conn), chat_id, question, 5, mode="bm25")
+        for r in rank_memories(engine.store(), chat_id, question, 5, mode="bm25")
     )
     for mode in ("knn", "hybrid"):
-        top = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, question, 1, mode=mode)
+        top = rank_memories(engine.store(embedder), chat_id, question, 1, mode=mode)
         assert top[0].memory.id == ids["dog"], mode
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_another_chats_memories_are_never_candidates(
-    conn: Connection, embedder: Embedder, mode: str
+    engine: Engine, embedder: Embedder, mode: str
 ) -> None:
-    sessions = SqliteSessionStore(conn)
-    chats = {name: sessions.get_or_create_chat("test", name).id for name in ("a", "b", "c")}
-    store = SqliteMemoryStore(conn, embedder)
+    chats = {name: engine.chat(name) for name in ("a", "b", "c")}
+    store = engine.store(embedder)
     owner: dict[int, int | None] = {}
     for name, chat_id in chats.items():
         for text in CORPUS.values():
@@ -83,35 +84,24 @@ def test_another_chats_memories_are_never_candidates(
     owner[glob] = None
     for name, chat_id in chats.items():
         for question, _ in QUESTIONS + [("dog called", "")]:
-            ranked = rank_memories(
-                SqliteMemoryStore(conn, embedder), chat_id, question, 50, mode=mode
-            )
+            ranked = rank_memories(engine.store(embedder), chat_id, question, 50, mode=mode)
             assert {owner[r.memory.id] for r in ranked} <= {chat_id, None}, (name, question)
-        seen = rank_memories(
-            SqliteMemoryStore(conn, embedder), chat_id, "dog called", 50, mode=mode
-        )
+        seen = rank_memories(engine.store(embedder), chat_id, "dog called", 50, mode=mode)
         assert glob in {r.memory.id for r in seen}
 
 
-def test_ties_break_by_recency(conn: Connection) -> None:
-    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", "a").id
-    store = SqliteMemoryStore(conn)
+def test_ties_break_by_recency(engine: Engine) -> None:
+    chat_id = engine.chat("a")
+    store = engine.store()
     old = store.add(chat_id, "meeting moved to Friday", "EVENT", source="t")
     new = store.add(chat_id, "meeting moved to Friday", "EVENT", source="t")
     for mode in ("jaccard", "bm25"):
-        ranked = rank_memories(
-            SqliteMemoryStore(conn), chat_id, "when is the meeting", 2, mode=mode
-        )
+        ranked = rank_memories(engine.store(), chat_id, "when is the meeting", 2, mode=mode)
         assert [r.memory.id for r in ranked] == [new, old]
         assert ranked[0].score == ranked[1].score
     store.touch(old)
-    conn.execute(
-        "UPDATE memories SET last_seen_at = '2999-01-01T00:00:00.000Z' WHERE id = ?", (old,)
-    )
-    assert (
-        rank_memories(SqliteMemoryStore(conn), chat_id, "meeting", 1, mode="jaccard")[0].memory.id
-        == old
-    )
+    engine.run("UPDATE memories SET last_seen_at = '2999-01-01T00:00:00.000Z' WHERE id = ?", (old,))
+    assert rank_memories(engine.store(), chat_id, "meeting", 1, mode="jaccard")[0].memory.id == old
 
 
 def test_fallback_to_keywords_without_sqlite_vec(
@@ -123,7 +113,7 @@ def test_fallback_to_keywords_without_sqlite_vec(
     monkeypatch.setattr(retrieval, "_warned_fallback", False)
     conn = connect(tmp_path / "novec.db", load_vec=False)
     assert not conn.info.vec_loaded
-    ids = corpus(conn, embedder)  # stored without vectors, nothing fails
+    ids = corpus(Engine(Storage(sqlite=conn)), embedder)  # stored without vectors, no failure
     chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
     assert effective_mode(SqliteMemoryStore(conn, embedder), "hybrid") == "bm25"
     with caplog.at_level(logging.WARNING, logger="memory.rank"):
@@ -141,6 +131,32 @@ def test_fallback_to_keywords_without_sqlite_vec(
     again.close()
 
 
+def test_postgresql_without_pgvector_ranks_in_process(
+    fresh_postgres_url: str, embedder: Embedder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server without pgvector: vectors are kept as float32 bytes, hybrid and knn rank
+    from them in this process and the near-duplicate check scores them here (logged once)."""
+    from memory import pg_index_store
+
+    storage = without_pgvector(fresh_postgres_url)
+    engine = Engine(storage)
+    ids = corpus(engine, embedder)
+    chat_id = engine.chat("a")
+    store = engine.store(embedder)
+    assert effective_mode(store, "hybrid") == "hybrid"
+    assert engine.vector_ids() == set(ids.values())
+    for mode in ("knn", "hybrid"):
+        top = rank_memories(store, chat_id, "Which pet do I have?", 1, mode=mode)
+        assert top[0].memory.id == ids["dog"], mode
+    pg_index_store._warned_in_process = False
+    with caplog.at_level(logging.WARNING, logger="memory.pg_index_store"):
+        found = store.find_near_duplicate(chat_id, "the user's dog is a golden retriever, Rex")
+        store.find_near_duplicate(chat_id, "The user drives a red Volvo")
+    assert found is not None and found.id == ids["dog"]
+    assert len([r for r in caplog.records if "pgvector is not installed" in r.message]) == 1
+    storage.close()
+
+
 def test_fallback_when_the_model_cannot_load(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -150,7 +166,7 @@ def test_fallback_when_the_model_cannot_load(
         assert load_embedder(missing) is None  # cached: one warning, no second attempt
     assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
     conn = connect(tmp_path / "m.db")
-    ids = corpus(conn, None)
+    ids = corpus(Engine(Storage(sqlite=conn)), None)
     chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
     assert effective_mode(SqliteMemoryStore(conn), "knn") == "bm25"
     ranked = rank_memories(
@@ -160,20 +176,20 @@ def test_fallback_when_the_model_cannot_load(
     conn.close()
 
 
-def test_unknown_mode_and_empty_queries(conn: Connection) -> None:
-    corpus(conn, None)
+def test_unknown_mode_and_empty_queries(engine: Engine) -> None:
+    corpus(engine, None)
     with pytest.raises(ValueError, match="unknown ranking mode"):
-        rank_memories(SqliteMemoryStore(conn), 1, "dog", 3, mode="magic")
-    assert rank_memories(SqliteMemoryStore(conn), 1, "   ", 3, mode="bm25") == []
-    assert rank_memories(SqliteMemoryStore(conn), 1, "dog", 0, mode="bm25") == []
+        rank_memories(engine.store(), 1, "dog", 3, mode="magic")
+    assert rank_memories(engine.store(), 1, "   ", 3, mode="bm25") == []
+    assert rank_memories(engine.store(), 1, "dog", 0, mode="bm25") == []
 
 
 @pytest.mark.parametrize(
     "query", ['"', 'dog" OR "', "NEAR(dog car)", "dog*", "a AND OR NOT", "-x:y", "{text}: z", "😀"]
 )
-def test_fts_syntax_in_queries_is_harmless(conn: Connection, query: str) -> None:
-    corpus(conn, None)
-    rank_memories(SqliteMemoryStore(conn), 1, query, 3, mode="bm25")  # must not raise
+def test_fts_syntax_in_queries_is_harmless(engine: Engine, query: str) -> None:
+    corpus(engine, None)
+    rank_memories(engine.store(), 1, query, 3, mode="bm25")  # must not raise
     assert all(part.startswith('"') for part in fts_query(query).split(" OR ") if part)
 
 

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from core.db import Connection, connect, transaction
+from core.db import Connection, connect
 from core.errors import InputError
 from core.sqlite_store import SqliteSessionStore
-from memory import index_store
 from memory.embeddings import Embedder
 from memory.retrieval import effective_mode, rank_memories
 from memory.sqlite_store import SqliteMemoryStore
 from memory.terms import token_list
 from migrations import migrate
+from tests.memory.conftest import Engine
 
 
 class HashEmbedder:
@@ -45,14 +45,6 @@ def chat(conn: Connection, name: str) -> int:
     return SqliteSessionStore(conn).get_or_create_chat("test", name).id
 
 
-def vec_ids(conn: Connection) -> set[int]:
-    return {row[0] for row in conn.execute(f"SELECT memory_id FROM {index_store.VEC_TABLE}")}
-
-
-def fts_ids(conn: Connection) -> set[int]:
-    return {row[0] for row in conn.execute("SELECT rowid FROM memories_fts")}
-
-
 def test_migration_upgrades_an_old_database_with_rows(tmp_path: Path) -> None:
     old = connect(tmp_path / "old.db", migrate=False)
     migrate(old, upto=1)
@@ -65,9 +57,9 @@ def test_migration_upgrades_an_old_database_with_rows(tmp_path: Path) -> None:
     upgraded.close()
 
 
-def test_add_get_and_indexes_in_step(conn: Connection, embedder: Embedder) -> None:
-    store = SqliteMemoryStore(conn, embedder)
-    a = chat(conn, "a")
+def test_add_get_and_indexes_in_step(engine: Engine, embedder: Embedder) -> None:
+    store = engine.store(embedder)
+    a = engine.chat("a")
     memory_id = store.add(a, "  The user's   dog is called Rex ", "profile", source="test")
     memory = store.get(memory_id)
     assert memory is not None
@@ -78,25 +70,26 @@ def test_add_get_and_indexes_in_step(conn: Connection, embedder: Embedder) -> No
     )
     assert memory.embedding_model == "all-MiniLM-L6-v2"
     assert memory.created_at.endswith("Z") and "T" in memory.created_at
-    assert vec_ids(conn) == fts_ids(conn) == {memory_id}
-    assert index_store.vector_index_model(conn) == ("all-MiniLM-L6-v2", 384)
+    assert engine.vector_ids() == {memory_id}
+    assert [m.id for m in store.matching(a, "which dog?", 5)] == [memory_id]
+    assert engine.index_model() == ("all-MiniLM-L6-v2", 384)
 
 
-def test_update_touch_archive_delete(conn: Connection, embedder: Embedder) -> None:
-    store = SqliteMemoryStore(conn, embedder)
-    a = chat(conn, "a")
+def test_update_touch_archive_delete(engine: Engine, embedder: Embedder) -> None:
+    store = engine.store(embedder)
+    a = engine.chat("a")
     memory_id = store.add(a, "lives in Berlin", "PROFILE", source="test")
     store.update(memory_id, "lives in Lisbon")
     assert store.get(memory_id).content == "lives in Lisbon"
-    assert [
-        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "Lisbon", 3, mode="bm25")
-    ] == [memory_id]
-    assert rank_memories(SqliteMemoryStore(conn), a, "Berlin", 3, mode="bm25") == []
+    assert [r.memory.id for r in rank_memories(engine.store(), a, "Lisbon", 3, mode="bm25")] == [
+        memory_id
+    ]
+    assert rank_memories(engine.store(), a, "Berlin", 3, mode="bm25") == []
     store.touch(memory_id, confidence=0.9)
     assert store.get(memory_id).confidence == 0.9
     store.archive(memory_id)
     assert store.get(memory_id).archived
-    assert vec_ids(conn) == fts_ids(conn) == set()
+    assert engine.vector_ids() == set() and store.matching(a, "Lisbon", 5) == []
     assert store.list(a) == [] and len(store.list(a, include_archived=True)) == 1
     store.delete(memory_id)
     assert store.get(memory_id) is None
@@ -113,41 +106,41 @@ def test_update_touch_archive_delete(conn: Connection, embedder: Embedder) -> No
     ],
 )
 def test_bad_input_is_a_clear_error_and_stores_nothing(
-    conn: Connection, content: str, category: str, extra: dict[str, object]
+    engine: Engine, content: str, category: str, extra: dict[str, object]
 ) -> None:
-    store = SqliteMemoryStore(conn)
+    store = engine.store()
     with pytest.raises(InputError):
-        store.add(chat(conn, "a"), content, category, source="test", **extra)
-    assert conn.execute("SELECT count(*) FROM memories").fetchone()[0] == 0
+        store.add(engine.chat("a"), content, category, source="test", **extra)
+    assert engine.rows("SELECT count(*) FROM memories")[0][0] == 0
     with pytest.raises(InputError, match="no memory with id 99"):
         store.update(99, "anything")
 
 
-def test_add_joins_the_callers_transaction(conn: Connection) -> None:
-    store = SqliteMemoryStore(conn)
-    a = chat(conn, "a")
-    with pytest.raises(RuntimeError), transaction(conn):
+def test_add_joins_the_callers_transaction(engine: Engine) -> None:
+    store = engine.store()
+    a = engine.chat("a")
+    with pytest.raises(RuntimeError), store.transaction():
         store.add(a, "rolled back", "EVENT", source="test")
         raise RuntimeError("abort")
-    assert store.list(a) == [] and fts_ids(conn) == set()
+    assert store.list(a) == [] and store.matching(a, "rolled back", 5) == []
+    assert engine.rows("SELECT count(*) FROM memory_changes")[0][0] == 0
 
 
 def test_expiry_is_normalised_to_utc_and_expired_memories_are_not_ranked(
-    conn: Connection,
+    engine: Engine,
 ) -> None:
-    store = SqliteMemoryStore(conn)
-    a = chat(conn, "a")
+    store = engine.store()
+    a = engine.chat("a")
     gone = store.add(a, "sale ends", "EVENT", source="t", expires_at="2020-01-01T02:00+02:00")
     kept = store.add(a, "sale continues", "EVENT", source="t", expires_at="2999-01-01")
     assert store.get(gone).expires_at == "2020-01-01T00:00:00.000Z"
-    assert [
-        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "sale", 5, mode="bm25")
-    ] == [kept]
+    assert [r.memory.id for r in rank_memories(engine.store(), a, "sale", 5, mode="bm25")] == [kept]
+    assert store.expired_ids(10) == [gone]
 
 
-def test_near_duplicates_by_cosine_and_by_jaccard(conn: Connection, embedder: Embedder) -> None:
-    store = SqliteMemoryStore(conn, embedder)
-    a, b = chat(conn, "a"), chat(conn, "b")
+def test_near_duplicates_by_cosine_and_by_jaccard(engine: Engine, embedder: Embedder) -> None:
+    store = engine.store(embedder)
+    a, b = engine.chat("a"), engine.chat("b")
     memory_id = store.add(a, "The user's dog is called Rex", "PROFILE", source="test")
     found = store.find_near_duplicate(a, "the user's dog is named Rex")
     assert found is not None and found.id == memory_id
@@ -155,47 +148,80 @@ def test_near_duplicates_by_cosine_and_by_jaccard(conn: Connection, embedder: Em
     assert store.find_near_duplicate(b, "The user's dog is called Rex") is None  # other chat
     by_words = store.find_near_duplicate(a, "user's dog is called Rex", method="jaccard")
     assert by_words is not None and by_words.id == memory_id
-    keyword_only = SqliteMemoryStore(conn)
+    keyword_only = engine.store()
     assert keyword_only.find_near_duplicate(a, "dog called Rex", min_jaccard=0.99) is None
 
 
-def test_embed_missing_fills_rows_added_without_a_model(
-    conn: Connection, embedder: Embedder
-) -> None:
-    a = chat(conn, "a")
-    ids = [
-        SqliteMemoryStore(conn).add(a, f"fact number {i}", "KNOWLEDGE", source="t")
-        for i in range(3)
-    ]
-    store = SqliteMemoryStore(conn, embedder)
+def test_embed_missing_fills_rows_added_without_a_model(engine: Engine, embedder: Embedder) -> None:
+    a = engine.chat("a")
+    ids = [engine.store().add(a, f"fact number {i}", "KNOWLEDGE", source="t") for i in range(3)]
+    store = engine.store(embedder)
     assert store.count_missing_vectors() == 3
     assert store.embed_missing() == 3
-    assert vec_ids(conn) == set(ids) and store.count_missing_vectors() == 0
+    assert engine.vector_ids() == set(ids) and store.count_missing_vectors() == 0
 
 
 def test_model_change_rebuilds_the_vector_index_instead_of_mixing(
-    conn: Connection, embedder: Embedder, caplog: pytest.LogCaptureFixture
+    engine: Engine, embedder: Embedder, caplog: pytest.LogCaptureFixture
 ) -> None:
-    a = chat(conn, "a")
-    store = SqliteMemoryStore(conn, embedder)
+    a = engine.chat("a")
+    store = engine.store(embedder)
     ids = [store.add(a, text, "KNOWLEDGE", source="t") for text in ("red apple", "blue sky")]
     other = HashEmbedder()
-    with caplog.at_level(logging.WARNING, logger="memory.index"):
-        switched = SqliteMemoryStore(conn, other)
+    with caplog.at_level(logging.WARNING):
+        switched = engine.store(other)
         assert switched.count_missing_vectors() == 2
         assert switched.reindex() == 2
-    assert "embedding model changed" in caplog.text
-    assert index_store.vector_index_model(conn) == ("hash-bow", 16)
-    assert vec_ids(conn) == set(ids)
-    models = {row[0] for row in conn.execute("SELECT embedding_model FROM memories")}
+    assert "all-MiniLM-L6-v2" in caplog.text and "hash-bow" in caplog.text
+    assert engine.index_model() == ("hash-bow", 16)
+    assert engine.vector_ids() == set(ids)
+    models = {row[0] for row in engine.rows("SELECT embedding_model FROM memories")}
     assert models == {"hash-bow"}
-    top = rank_memories(SqliteMemoryStore(conn, other), a, "blue sky", 1, mode="knn")
+    top = rank_memories(engine.store(other), a, "blue sky", 1, mode="knn")
     assert top[0].memory.id == ids[1]
     # the old model's vectors are gone, so it cannot be used until it rebuilds again
-    assert effective_mode(SqliteMemoryStore(conn, embedder), "knn") == "bm25"
+    assert effective_mode(engine.store(embedder), "knn") == "bm25"
+
+
+def test_known_memory_lookup_stems_and_finds_cjk(engine: Engine) -> None:
+    """The reflector's lookup (`matching`): FTS5 on SQLite, full-text search on PostgreSQL:
+    the chat's own active memories, stemmed words ("dogs" finds "dog"), CJK bigrams."""
+    store = engine.store()
+    a, b = engine.chat("a"), engine.chat("b")
+    dog = store.add(a, "has a dog called Rex", "PROFILE", source="t")
+    tea = store.add(a, "我喜欢喝绿茶", "PROFILE", source="t", context="drinks")
+    store.add(b, "has two dogs", "PROFILE", source="t")
+    store.add(None, "dogs are global", "KNOWLEDGE", source="t")
+    archived = store.add(a, "walks the dogs daily", "EVENT", source="t")
+    store.archive(archived)
+    assert [m.id for m in store.matching(a, "What about his dogs?", 5)] == [dog]
+    assert [m.id for m in store.matching(a, "绿茶", 5)] == [tea]
+    assert [m.id for m in store.matching(a, "who drinks?", 5)] == [tea]  # context counts
+    assert store.matching(a, 'dog" OR * NEAR(', 5) == [store.get(dog)]  # no syntax leaks
+    assert store.matching(a, "the of and", 5) == []
+
+
+def test_forget_chat_takes_vectors_links_tombstones_and_log(
+    engine: Engine, embedder: Embedder
+) -> None:
+    store = engine.store(embedder)
+    a, b = engine.chat("a"), engine.chat("b")
+    old = store.add(a, "lives in Berlin", "PROFILE", source="t")
+    new = store.add(a, "lives in Lisbon", "PROFILE", source="t")
+    store.supersede(old, new)
+    kept = store.add(b, "lives in Oslo", "PROFILE", source="t")
+    gone = store.add(a, "likes jazz", "PROFILE", source="t")
+    store.forget(gone, forgotten_by="Ann")
+    assert [t.memory_id for t in store.tombstones(a)] == [gone]
+    assert store.forget_chat(a) == 2
+    assert engine.vector_ids() == {kept} and store.tombstones(a) == []
+    assert engine.rows("SELECT count(*) FROM memory_supersede_edges")[0][0] == 0
+    scopes = {row[0] for row in engine.rows("SELECT scope FROM memory_changes")}
+    assert a not in scopes and b in scopes
 
 
 def test_reindex_rebuilds_a_lost_keyword_index(conn: Connection) -> None:
+    """SQLite only: its FTS5 table is store-written; PostgreSQL's index is its own."""
     store = SqliteMemoryStore(conn)
     a = chat(conn, "a")
     memory_id = store.add(a, "plays the violin", "PROFILE", source="t", context="orchestra")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from memory.stores import strategy_store
 from memory.strategies.lifecycle import (
     ARCHIVED,
     DEMOTED,
@@ -19,7 +17,8 @@ from memory.strategies.lifecycle import (
     next_state,
     settle,
 )
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.store import StrategyStore
+from tests.memory.conftest import Engine
 
 
 class Clock:
@@ -67,15 +66,14 @@ def test_settle_runs_transitions_to_a_fixed_point() -> None:
 
 
 @pytest.fixture
-def store_and_chat(tmp_path: Path) -> tuple[SqliteStrategyStore, int, Clock]:
-    conn = connect(tmp_path / "m.db")
-    chat = SqliteSessionStore(conn).get_or_create_chat("terminal", "a")
+def store_and_chat(engine: Engine) -> tuple[StrategyStore, int, Clock]:
+    """A strategy store of each engine (`engine`), a chat and the clock it reads."""
     clock = Clock()
-    return SqliteStrategyStore(conn, clock), chat.id, clock
+    return strategy_store(engine.storage, clock), engine.chat("a"), clock
 
 
 def test_store_promotes_demotes_and_logs_every_change(
-    store_and_chat: tuple[SqliteStrategyStore, int, Clock],
+    store_and_chat: tuple[StrategyStore, int, Clock],
 ) -> None:
     store, chat_id, clock = store_and_chat
     sid = store.add(chat_id, "language", "Answers in Spanish land better with this user")
@@ -94,7 +92,7 @@ def test_store_promotes_demotes_and_logs_every_change(
 
 
 def test_scores_decay_and_unused_strategies_are_archived(
-    store_and_chat: tuple[SqliteStrategyStore, int, Clock],
+    store_and_chat: tuple[StrategyStore, int, Clock],
 ) -> None:
     store, chat_id, clock = store_and_chat
     sid = store.add(chat_id, "format", "Short bullet lists work better than prose here")
@@ -112,3 +110,25 @@ def test_scores_decay_and_unused_strategies_are_archived(
     store.maintain()
     archived = store.get(sid)
     assert archived is not None and archived.state == ARCHIVED
+
+
+def test_for_chat_mark_used_and_forget_chat(
+    store_and_chat: tuple[StrategyStore, int, Clock], engine: Engine
+) -> None:
+    store, chat_id, clock = store_and_chat
+    other = engine.chat("b")
+    mine = store.add(chat_id, "tone", "Keep it short")
+    shared = store.add(None, "tone", "Say when unsure")
+    theirs = store.add(other, "tone", "Use emoji")
+    store.tag(mine, "helpful")
+    assert [s.id for s in store.for_chat(chat_id)] == [mine, shared]  # best net score first
+    assert [s.id for s in store.for_chat(chat_id, include_global=False)] == [mine]
+    assert [s.id for s in store.for_chat(None)] == [shared]
+    assert store.for_chat(chat_id, states=[PROMOTED]) == []
+    clock.advance(3)
+    store.mark_used([mine, shared])
+    used = store.get(mine)
+    assert used is not None and used.last_used_at > used.created_at
+    assert store.forget_chat(chat_id) == 1
+    assert store.get(mine) is None and store.events(mine) == []
+    assert store.get(shared) is not None and store.get(theirs) is not None

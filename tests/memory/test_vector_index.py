@@ -9,9 +9,11 @@ import pytest
 
 from core.db import Connection
 from core.sqlite_store import SqliteSessionStore
-from memory import index_store
+from core.storage import Storage
+from memory import index_store, pg_index_store
 from memory.retrieval import effective_mode, rank_memories
 from memory.sqlite_store import SqliteMemoryStore
+from tests.memory.conftest import Engine, memory_pg_database, without_pgvector
 from tests.memory.test_store import HashEmbedder
 
 DIM = 64
@@ -113,17 +115,65 @@ def test_an_old_layout_is_rebuilt_never_queried(
     assert SqliteMemoryStore(conn, embedder).embed_missing() == 0  # rebuilt once, then stable
 
 
-def test_update_delete_and_reindex_keep_both_tables_in_step(conn: Connection) -> None:
+def test_update_delete_and_reindex_keep_both_tables_in_step(engine: Engine) -> None:
+    """The KNN table (vec0 / pgvector) and the float table hold the same memories."""
     embedder = HashEmbedder()
-    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", "a").id
-    store = SqliteMemoryStore(conn, embedder)
-    ids = [store.add(chat_id, f"fact {word}", "KNOWLEDGE", source="t") for word in "abc"]
+    chat_id = engine.chat("a")
+    store = engine.store(embedder)
+    ids = [store.add(chat_id, f"fact {word}", "KNOWLEDGE", source="t") for word in "abcd"]
     store.delete(ids[0])
     store.archive(ids[1])
+    store.update(ids[3], "fact e")
+    assert engine.vector_ids() == {ids[2], ids[3]}  # checks both tables
+    assert store.reindex() == 2
+    assert engine.vector_ids() == {ids[2], ids[3]}
 
-    def rows(table: str) -> set[int]:
-        return {int(row[0]) for row in conn.execute(f"SELECT memory_id FROM {table}")}
 
-    assert rows(index_store.VEC_TABLE) == rows(index_store.FLOAT_TABLE) == {ids[2]}
-    assert store.reindex() == 1
-    assert rows(index_store.VEC_TABLE) == rows(index_store.FLOAT_TABLE) == {ids[2]}
+class RandomEmbedder:
+    """Vectors are given to `add`; this only names the model and its dimension."""
+
+    model_name = "random"
+    dim = DIM
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise AssertionError("the test gives every vector")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise AssertionError("the test gives every vector")
+
+
+@pytest.mark.parametrize("pgvector", [True, False], ids=["pgvector", "in-process"])
+def test_postgresql_nearest_is_exact_knn_within_scopes(
+    fresh_postgres_url: str, pgvector: bool
+) -> None:
+    """PostgreSQL's KNN (pgvector's exact `<=>` order, or numpy without pgvector) returns
+    exactly the nearest vectors of the asked scopes."""
+    if pgvector:
+        storage = Storage(postgres=memory_pg_database(fresh_postgres_url))
+    else:
+        storage = without_pgvector(fresh_postgres_url)
+    assert storage.pg.info.vector_loaded == pgvector  # the test server ships pgvector
+    engine = Engine(storage)
+    chats = {1: engine.chat("one"), 2: engine.chat("two")}
+    store = engine.store(RandomEmbedder())  # type: ignore[arg-type]
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((120, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    scopes = [2 if number % 3 == 0 else 1 for number in range(120)]
+    ids = [
+        store.add(chats[scope], f"m{n}", "KNOWLEDGE", source="t", embedding=vector.tolist())
+        for n, (vector, scope) in enumerate(zip(vectors, scopes, strict=True))
+    ]
+    assert engine.vector_ids() == set(ids)
+    for _ in range(10):
+        query = rng.standard_normal(DIM).astype(np.float32)
+        query /= np.linalg.norm(query)
+        for wanted in ([1], [2], [1, 2]):
+            with storage.pg.connection() as conn:
+                got = pg_index_store.nearest(
+                    conn, [chats[w] for w in wanted], query.tolist(), 10, pgvector
+                )
+            expected = exact(vectors, scopes, set(wanted), query, 10)
+            assert [mid for mid, _ in got] == [ids[mid - 1] for mid, _ in expected]
+            assert np.allclose([d for _, d in got], [d for _, d in expected], atol=1e-5)
+    storage.close()
