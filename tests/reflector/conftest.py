@@ -4,7 +4,8 @@ or pool (PostgreSQL) of its own on the test's database, as another process would
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
@@ -25,9 +26,13 @@ class Reflectors:
         self.storages: dict[int, Storage] = {}
 
     def open(
-        self, embedder: Embedder | None = None, contributors: Sequence[PassContributor] = ()
+        self,
+        embedder: Embedder | None = None,
+        contributors: Sequence[PassContributor] = (),
+        clock: Callable[[], float] = time.time,
     ) -> Reflector:
-        """A reflector (no contributors unless given) with `embedder`, or none: keywords."""
+        """A reflector (no contributors unless given) with `embedder`, or none: keywords;
+        `clock` times its leases."""
         storage = open_storage(self.config.storage)
         memories = memory_store(storage).with_embedder(embedder)
         reflector = build_reflector(
@@ -36,6 +41,7 @@ class Reflectors:
             OpenAILLM(self.config.llm),
             memories=memories,
             contributors=contributors,
+            clock=clock,
         )
         self.storages[id(reflector)] = storage
         return reflector

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
 
-from core.config import Config
-from core.storage import Storage
+from core.config import Config, StorageConfig
+from core.storage import Storage, open_storage
 from core.store import NewMessage
+from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory import index_store
 from memory.embeddings import Embedder
-from reflector.reflection import Reflector
+from reflector.facts import FactTally, FactWriter, PreparedFact
+from reflector.reflection import PassReport, Reflector
+from reflector.stores import lease_store, memory_store
 from tests.reflector.conftest import Reflectors
 from tests.reflector.engines import execute, query
 
@@ -433,3 +438,72 @@ async def test_the_prompt_lists_relevant_and_newest_memories_of_this_chat_only(
     assert "museum number 29." in known and "museum number 0." not in known  # newest 20
     assert "Felix" not in known and "office cat" not in known
     assert known.count("[id=") <= 40
+
+
+async def test_two_workers_racing_on_one_chat_store_each_fact_once(
+    config: Config, fake_llm: FakeOpenAIServer, db: Storage, reflectors: Reflectors
+) -> None:
+    """Two workers (connections or pools of their own, each pass in its own thread and
+    event loop) on one chat; the lease runs out while the first waits for the model, so
+    the second takes the chat over and asks too. Both reach their commits at about the
+    same time with the same fact: the chat gets it once, its cursor moves once."""
+    # The first worker's lease has run out by the time the second looks (its clock lags
+    # by more than the lease time: as if its model call had taken that long).
+    first = reflectors.open(clock=lambda: time.time() - 2 * config.reflector.lease_s)
+    second = reflectors.open()
+    chat_id, ids = say(first, ["I play the cello in an orchestra"])
+    fake_llm.responder = lambda request: FakeReply(
+        content=json.dumps(
+            {
+                "memories": [
+                    {"content": "Alice plays the cello in an orchestra.", "category": "PROFILE"}
+                ]
+            }
+        ),
+        delay_s=0.5,
+    )
+
+    def run(reflector: Reflector, after_s: float) -> PassReport:
+        time.sleep(after_s)
+        return asyncio.run(reflector.run_pass())
+
+    one, two = await asyncio.gather(
+        asyncio.to_thread(run, first, 0.0), asyncio.to_thread(run, second, 0.2)
+    )
+    runs = [*one.runs, *two.runs]
+    assert len(fake_llm.requests) == 2  # both really asked: the race reached the commits
+    assert [run.status for run in runs].count("done") == 1, [run.summary() for run in runs]
+    assert memory_rows(db, chat_id) == [
+        ("Alice plays the cello in an orchestra.", "PROFILE", 0, "reflector")
+    ]
+    assert first.cursor.position(chat_id) == ids[-1]
+
+
+def test_memory_writes_under_the_chat_lock_find_each_other(storage_url: str, db: Storage) -> None:
+    """The step every writer of a chat's memories takes (`lock_chat_writes`, then look for
+    a near-duplicate, then insert): two transactions at once, on connections of their own,
+    store the fact once. On PostgreSQL (READ COMMITTED) neither would see the other's
+    uncommitted row without the lock; SQLite's single writer gives it anyway."""
+    chat = session_store(db).get_or_create_chat("terminal", "alice")
+    fact = PreparedFact("Alice keeps bees on her roof.", "PROFILE")
+    barrier = threading.Barrier(2)
+    tallies: list[FactTally] = []
+
+    def write() -> None:
+        storage = open_storage(StorageConfig(url=storage_url))
+        try:
+            barrier.wait()
+            with session_store(storage).transaction():
+                lease_store(storage, lease_s=60).lock_chat_writes(chat.id)
+                tallies.append(FactWriter(memory_store(storage)).write(chat.id, [fact]))
+                time.sleep(0.3)  # still uncommitted while the other looks
+        finally:
+            storage.close()
+
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted((t.added, t.refreshed) for t in tallies) == [(0, 1), (1, 0)]
+    assert len(memory_rows(db, chat.id)) == 1
