@@ -122,10 +122,11 @@ class PgLeaseStore:
                 (ids,),
             )
             row = conn.execute(
-                "WITH next AS (SELECT chat_id FROM reflector_leases"
-                " WHERE chat_id = ANY(%(ids)s::bigint[]) AND expires_at <= %(now)s"
-                " ORDER BY array_position(%(ids)s::bigint[], chat_id) LIMIT 1"
-                " FOR UPDATE SKIP LOCKED)"
+                "WITH next AS (SELECT l.chat_id"
+                " FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS due (chat_id, place)"
+                " JOIN reflector_leases l ON l.chat_id = due.chat_id"
+                " WHERE l.expires_at <= %(now)s ORDER BY due.place LIMIT 1"
+                " FOR UPDATE OF l SKIP LOCKED)"
                 " UPDATE reflector_leases l SET owner = %(owner)s, expires_at = %(expires)s"
                 " FROM next WHERE l.chat_id = next.chat_id RETURNING l.chat_id",
                 {"ids": ids, "now": now, "owner": owner, "expires": expires},
