@@ -11,7 +11,6 @@ from typing import Any
 
 from core.config import Config
 from core.db import Connection, savepoint
-from core.errors import StorageError
 from core.llm import LLM
 from core.pg_db import PgDatabase
 from core.storage import Storage, sqlite_storage
@@ -85,19 +84,15 @@ def sqlite_reflector(
 
 def memory_store(storage: Storage) -> MemoryStore:
     """The memory store without an embedder (the reflector adds one when it needs it)."""
-    if storage.postgres is not None:  # until memory.stores lands (the pgmemory branch)
-        raise StorageError("the PostgreSQL memory store is not built yet")
-    from memory.sqlite_store import SqliteMemoryStore
+    from memory import stores
 
-    return SqliteMemoryStore(storage.sqlite_conn)
+    return stores.memory_store(storage)
 
 
 def strategy_store(storage: Storage) -> StrategyStore:
-    if storage.postgres is not None:  # until memory.stores lands (the pgmemory branch)
-        raise StorageError("the PostgreSQL strategy store is not built yet")
-    from memory.strategies.sqlite_store import SqliteStrategyStore
+    from memory import stores
 
-    return SqliteStrategyStore(storage.sqlite_conn)
+    return stores.strategy_store(storage)
 
 
 def cursor_store(storage: Storage) -> CursorStore:
