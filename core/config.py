@@ -30,6 +30,9 @@ ENV_OVERRIDES = {
     "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
     "DISCORD_BOT_TOKEN": ("discord", "token"),
     "MNEMO_TELEGRAM_WEBHOOK_SECRET": ("telegram", "webhook_secret"),
+    # Not secrets, but what differs between the containers of one image (compose.yaml).
+    "MNEMO_TELEGRAM_MODE": ("telegram", "mode"),
+    "MNEMO_TELEGRAM_WEBHOOK_URL": ("telegram", "webhook_url"),
 }
 
 
