@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from telegram import Bot, BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
@@ -68,7 +69,7 @@ class TelegramChannel:
         self._identity: BotIdentity | None = None
         self._refused: set[int] = set()
         self._started = asyncio.Event()  # replies left by an earlier run wait for it
-        self._replies: set[asyncio.Task[None]] = set()  # webhook replies a plain handler gave
+        self._background: set[asyncio.Future[object]] = set()  # a plain handler's webhook work
 
     async def run(self, handler: Handler) -> None:
         """Poll (or serve the webhook) until cancelled; then stop cleanly."""
@@ -90,9 +91,9 @@ class TelegramChannel:
                 if app.updater is not None and app.updater.running:
                     await app.updater.stop()
                 await app.stop()
-                for task in self._replies:
-                    task.cancel()
-                await asyncio.gather(*self._replies, return_exceptions=True)
+                for work in self._background:
+                    work.cancel()
+                await asyncio.gather(*self._background, return_exceptions=True)
                 self._bot = None
                 self._started.clear()
 
@@ -211,8 +212,14 @@ class TelegramChannel:
             except Exception as exc:
                 raise NotStored(f"{type(exc).__name__}: {exc}") from exc
         else:  # a handler that does not store (tests): the answer is not tied to it
-            reply = asyncio.ensure_future(handler(inbound))
+            reply = self._keep(asyncio.ensure_future(handler(inbound)))
         reply.add_done_callback(self._send_later)
+
+    def _keep(self, work: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Hold a reference until `work` is done (the loop keeps only weak ones)."""
+        self._background.add(work)
+        work.add_done_callback(self._background.discard)
+        return work
 
     def _send_later(self, reply: asyncio.Future[Outbound | None]) -> None:
         """Send a reply the handler returned (the dispatcher sends its own: None here)."""
@@ -223,9 +230,7 @@ class TelegramChannel:
             return
         outbound = reply.result()
         if outbound is not None:
-            task = asyncio.create_task(self._send_logged(outbound), name="telegram-reply")
-            self._replies.add(task)
-            task.add_done_callback(self._replies.discard)
+            self._keep(asyncio.create_task(self._send_logged(outbound), name="telegram-reply"))
 
     async def _send_logged(self, message: Outbound) -> None:
         try:

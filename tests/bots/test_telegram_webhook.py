@@ -15,6 +15,7 @@ import pytest
 from bots.runtime import Runtime
 from bots.telegram import TelegramChannel
 from bots.telegram_webhook import SECRET_HEADER
+from core.api import Inbound, Outbound
 from core.testing.fake_telegram import FakeTelegramServer, user
 from tests.bots.test_telegram import eventually, private, replies_to, stored
 
@@ -140,3 +141,27 @@ async def test_an_update_delivered_twice_is_answered_once(
     assert (first.status_code, again.status_code) == (200, 200)
     assert [r["text"] for r in replies_to(tg, 101)] == ["echo: only once"]
     assert [row[0] for row in stored(tg_runtime, "101")] == ["user", "assistant"]
+
+
+async def test_a_handler_without_a_store_still_gets_its_reply_sent(
+    tg_runtime: Runtime, tg: FakeTelegramServer, unused_tcp_port: int
+) -> None:
+    webhook_mode(tg_runtime, unused_tcp_port)
+    seen: list[Inbound] = []
+
+    async def plain(inbound: Inbound) -> Outbound:
+        seen.append(inbound)
+        return Outbound(inbound.channel, inbound.chat_id, f"plain: {inbound.text}")
+
+    channel = TelegramChannel(tg_runtime.config.telegram, [])
+    task = asyncio.create_task(channel.run(plain))
+    try:
+        await eventually(lambda: tg.webhook is not None)
+        tg.push_message(private(ALICE), ALICE, "hi")
+        await eventually(lambda: bool(replies_to(tg, 101)))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [r["text"] for r in replies_to(tg, 101)] == ["plain: hi"]
+    assert [inbound.text for inbound in seen] == ["hi"]
