@@ -19,9 +19,7 @@ from tests.conftest import REPO
 
 UNITS = ("mnemo.service", "mnemo-reflector.service")
 INSTALLED_MNEMO = "/opt/mnemo/.venv/bin/mnemo"
-# `[storage] url` and MNEMO_STORAGE_URL come with the PostgreSQL stores (issue 17, merged
-# separately); until then the name is known here.
-STORAGE_URL_ENV = "MNEMO_STORAGE_URL"
+STORAGE_URL_ENV = "MNEMO_STORAGE_URL"  # `[storage] url`
 
 
 def unit(name: str) -> configparser.ConfigParser:
