@@ -106,7 +106,7 @@ class TelegramChannel:
             # Every update's handler starts at once, so the core stores each message as
             # it arrives (it keeps each chat in order); handlers then wait for their turn.
             .concurrent_updates(CONCURRENT_UPDATES)
-            .rate_limiter(ReplyRateLimiter())
+            .rate_limiter(ReplyRateLimiter(overall_max_rate=self.config.max_messages_per_second))
             # A turn's send waits for a free connection rather than failing after PTB's
             # default 1 s when many chats answer at once (each then retried: slower).
             .pool_timeout(SEND_POOL_TIMEOUT_S)

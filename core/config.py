@@ -160,6 +160,9 @@ class TelegramConfig(Section):
     webhook_secret: str = Field(
         default="", pattern=r"^[A-Za-z0-9_-]{0,256}$", validate_default=True
     )
+    # What this process sends at most per second (Telegram allows a bot about 30; paid
+    # broadcasts up to 1000). N processes of one bot: give each its share (30 / N).
+    max_messages_per_second: float = Field(default=30.0, gt=0, le=1000)
 
     @model_validator(mode="before")
     @classmethod

@@ -39,8 +39,10 @@ import click
 
 from core.bench.startup import MNEMO, bench_env, write_config
 from core.bench.support import echo_result
-from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.config import StorageConfig
+from core.storage import open_storage
+from core.store import StoredMessage
+from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.testing.fake_telegram import FakeTelegramServer, user
 
@@ -84,29 +86,36 @@ class Tally:
         return all(count == self.pushed for count in counts) and doubled == 0
 
 
-def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tally:
+def stored_conversations(storage_url: str, pushed: set[str]) -> dict[str, list[StoredMessage]]:
+    """Each pushed chat's stored messages (SQLite or PostgreSQL, as `storage_url` says)."""
+    storage = open_storage(StorageConfig(url=storage_url), migrate=False)
+    try:
+        store = session_store(storage)
+        found: dict[str, list[StoredMessage]] = {}
+        for chat_id in sorted({key.split("-")[0] for key in pushed}):
+            chat = store.find_chat(CHANNEL, chat_id)
+            if chat is not None:
+                found[chat_id] = store.messages_between(chat.id, 0, 1_000_000)
+        return found
+    finally:
+        storage.close()
+
+
+def tally(pushed: set[str], storage_url: str, telegram: FakeTelegramServer) -> Tally:
     """Count, per pushed message key (`chat-number`), its stored user messages, stored
     replies and delivered replies."""
     stored: Counter[str] = Counter()
     answered: Counter[str] = Counter()
-    conn = connect(database)
-    try:
-        store = SqliteSessionStore(conn)
-        for chat_id in sorted({key.split("-")[0] for key in pushed}):
-            chat = store.find_chat(CHANNEL, chat_id)
-            if chat is None:
+    for messages in stored_conversations(storage_url, pushed).values():
+        for message in messages:
+            found = MESSAGE.search(message.content or "")
+            if found is None:
                 continue
-            for message in store.messages_between(chat.id, 0, 1_000_000):
-                found = MESSAGE.search(message.content or "")
-                if found is None:
-                    continue
-                key = f"{found.group(1)}-{found.group(2)}"
-                if message.role == "user":
-                    stored[key] += 1
-                elif message.role == "assistant":
-                    answered[key] += 1
-    finally:
-        conn.close()
+            key = f"{found.group(1)}-{found.group(2)}"
+            if message.role == "user":
+                stored[key] += 1
+            elif message.role == "assistant":
+                answered[key] += 1
     delivered: Counter[str] = Counter()
     for sent in list(telegram.delivered):
         found = MESSAGE.search(str(sent.get("text", "")))
@@ -149,14 +158,18 @@ class Bot:
         *,
         name: str = "chaos",
         webhook: WebhookSetup | None = None,
+        storage_url: str = "",
+        max_messages_per_second: float = 30.0,
     ) -> None:
         extra = (
-            "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
+            (f'url = "{storage_url}"\n' if storage_url else "")
+            + "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
             f'[telegram]\ntoken = "1:CHAOS"\napi_base_url = "{telegram.base_url}"\n'
+            f"max_messages_per_second = {max_messages_per_second}\n"
             f"{webhook.config() if webhook else ''}"
         )
         self.config = write_config(work / f"{name}.toml", model_url, work / "data", extra)
-        self.database = work / "data" / "mnemo.db"
+        self.storage_url = storage_url or f"sqlite:///{work / 'data' / 'mnemo.db'}"
         self.log = work / f"{name}.log"
         self.work = work
         self.telegram = telegram
@@ -242,7 +255,7 @@ def kill_run(
         wait_delivered(telegram, len(pushed), timeout_s)
         recovered_s = time.perf_counter() - began
         stop_s = bot.stop()
-        result = tally(pushed, bot.database, telegram)
+        result = tally(pushed, bot.storage_url, telegram)
     return {
         **asdict(result),
         "whole": result.whole,
@@ -278,7 +291,7 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
         wait_delivered(telegram, len(pushed), timeout_s)
         seconds = time.perf_counter() - began
         stop_s = bot.stop()
-        result = tally(pushed, bot.database, telegram)
+        result = tally(pushed, bot.storage_url, telegram)
         sends = len(telegram.sent())
     return {
         **asdict(result),
