@@ -20,6 +20,7 @@ ENV_OVERRIDES = {
     "OPENAI_BASE_URL": ("llm", "base_url"),
     "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
     "DISCORD_BOT_TOKEN": ("discord", "token"),
+    "MNEMO_WEB_TOKEN": ("web", "token"),
 }
 
 
@@ -128,6 +129,15 @@ class DiscordConfig(Section):
     command_prefix: str = "!"
 
 
+class WebConfig(Section):
+    """The operator's dashboard (`mnemo web`, or inside `mnemo run` when enabled)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, gt=0, lt=65536)
+    token: str = ""  # empty: a random one per start, printed then
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -142,6 +152,7 @@ class Config(Section):
     terminal: TerminalConfig = Field(default_factory=TerminalConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 
