@@ -11,6 +11,7 @@ from bots.web.auth import COOKIE, Gate, checked_form
 from bots.web.dashboard import Dashboard
 from bots.web.pages import Pages
 from core.api import Chat
+from core.errors import InputError
 from memory.keeper import FactRefused
 
 
@@ -34,7 +35,7 @@ class Actions:
     async def login(self, request: Request) -> Response:
         form = await request.form()
         if not self.gate.token_matches(str(form.get("token", ""))):
-            return await self.login_form(request, "That is not the dashboard's token.", 403)
+            return await self.login_form(request, "That is not the token of this dashboard.", 403)
         session = self.gate.open_session()
         response = RedirectResponse(local_path(str(form.get("next", "/"))), status_code=303)
         response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", path="/")
@@ -66,7 +67,10 @@ class Actions:
     async def save_notes(self, request: Request, chat: Chat) -> Response:
         form = await checked_form(request)
         text = str(form.get("content", "")).replace("\r\n", "\n")
-        self.dashboard.save_notes(chat, text)
+        try:
+            self.dashboard.save_notes(chat, text)
+        except InputError as exc:
+            return await self.pages.notes(request, chat, 422, f"Not saved: {exc}.")
         return RedirectResponse(f"/chats/{chat.id}/notes?done=saved", status_code=303)
 
     async def check_model(self, request: Request) -> Response:
