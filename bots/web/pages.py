@@ -30,6 +30,9 @@ PART_COLOURS = {
 }
 
 
+SECTION_COLOURS = ("#59a14f", "#edc948", "#e15759", "#9c755f", "#ff9da7")
+
+
 def int_param(request: Request, name: str, default: int = 0) -> int:
     value = request.query_params.get(name, "")
     return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else default
@@ -247,7 +250,8 @@ def context_bar(view: Any) -> Any:
     ]
     for i, meta in enumerate(m for m in report.sections if m.included):
         tokens = report.dynamic_tokens * meta.final_chars / dynamic_chars
-        shares.append(Share(f"{meta.key} ({meta.source})", tokens, charts.PALETTE[(i + 4) % 10]))
+        colour = SECTION_COLOURS[i % len(SECTION_COLOURS)]
+        shares.append(Share(f"{meta.key} ({meta.source})", tokens, colour))
     shares.append(Share("newest message", report.newest_tokens, PART_COLOURS["newest message"]))
     used = sum(share.value for share in shares)
     shares.append(Share("free", max(report.effective_window - used, 0), PART_COLOURS["free"]))
