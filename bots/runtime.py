@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bots.web import plugin as web_plugin
 from core import default_plugin
 from core.assembly import build_agent
 from core.config import Config
@@ -25,8 +26,15 @@ from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
 
-# Registration order is injection order: built-ins, memory, strategies, reflector.
-PLUGINS: tuple[Plugin, ...] = (default_plugin, memory_plugin, strategies_plugin, reflector_plugin)
+# Registration order is injection order: built-ins, memory, strategies, reflector; the
+# dashboard last (it reads the others).
+PLUGINS: tuple[Plugin, ...] = (
+    default_plugin,
+    memory_plugin,
+    strategies_plugin,
+    reflector_plugin,
+    web_plugin,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ ENV_OVERRIDES = {
     # Not secrets, but what differs between the containers of one image (compose.yaml).
     "MNEMO_TELEGRAM_MODE": ("telegram", "mode"),
     "MNEMO_TELEGRAM_WEBHOOK_URL": ("telegram", "webhook_url"),
+    "MNEMO_WEB_TOKEN": ("web", "token"),
 }
 
 
@@ -231,6 +232,15 @@ class DiscordConfig(Section):
         return ids
 
 
+class WebConfig(Section):
+    """The operator's dashboard (`mnemo web`, or inside `mnemo run` when enabled)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, gt=0, lt=65536)
+    token: str = ""  # empty: a random one per start, printed then
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -245,6 +255,7 @@ class Config(Section):
     terminal: TerminalConfig = Field(default_factory=TerminalConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 

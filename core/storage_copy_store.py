@@ -136,3 +136,12 @@ def pg_reset_identities(pg: Any, table: str) -> None:
             f' coalesce((SELECT max("{column}") FROM "{table}"), 0) + 1, false)',
             (f'"{table}"', column),
         )
+
+
+def pg_drop_everything(url: str) -> None:
+    """Empty a database completely (the scale benchmark's own, between runs)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")

@@ -29,6 +29,7 @@ from core.bench.support import echo_result
 from core.config import Config, StorageConfig
 from core.events import Inbound
 from core.storage import open_storage
+from core.storage_copy_store import pg_drop_everything
 from core.storage_migration import migrate_to_postgresql
 from core.store import NewMessage
 from core.stores import delivery_store, session_store
@@ -40,7 +41,7 @@ def postgres_databases(url: str | None) -> Iterator[Any]:
     if url:
 
         def given() -> str:
-            _empty(url)
+            pg_drop_everything(url)
             return url
 
         yield given
@@ -57,15 +58,6 @@ def postgres_databases(url: str | None) -> Iterator[Any]:
         yield lambda: server.create_database(f"scale_{next(numbers)}")
     finally:
         server.stop()
-
-
-def _empty(url: str) -> None:
-    """Drop every table of the given database (the bench's own)."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP SCHEMA public CASCADE")
-        conn.execute("CREATE SCHEMA public")
 
 
 def seed_sqlite(data_dir: Path, chats: int, messages: int) -> int:

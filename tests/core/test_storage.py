@@ -220,7 +220,7 @@ def test_two_processes_see_each_others_writes(core_storage_url: str) -> None:
 
 
 def test_doctor_names_the_engine_and_its_vector_search(core_storage: Storage) -> None:
-    from bots.cli import vector_check
+    from core.doctor import vector_check
 
     check = vector_check(core_storage)
     assert check.ok, check.line()
