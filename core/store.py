@@ -1,7 +1,9 @@
 """The core's storage interface: chats, their messages, sessions, compactions, LLM usage.
 
 `SessionStore` is the one door the core uses; `core.sqlite_store.SqliteSessionStore` is
-the SQLite implementation. Records here are plain frozen dataclasses.
+the SQLite implementation, `core.pg_store.PgSessionStore` the PostgreSQL one (the delivery
+store likewise). Records here are plain frozen dataclasses, built from rows of the same
+columns on both engines by the `*_from_row` functions at the end.
 """
 
 from __future__ import annotations

@@ -365,3 +365,30 @@ async def test_two_runtimes_on_one_database_never_interleave_a_chat(
         assert user[0] == "user" and assistant == ("assistant", f"echo: {user[1]}")
     assert sorted(delivered) == sorted(f"echo: m{i}" for i in range(12))  # each exactly once
     assert len(fake_llm.requests) == 12  # one turn per message: never two processes on one
+
+
+async def test_a_turn_inside_which_the_server_drops_the_connection_is_answered_once(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """PostgreSQL: the server (or the network) drops the bot's connections while a turn is
+    with the model. The turn's writes go to a fresh connection, all together, once."""
+    if rt.storage.postgres is None:
+        pytest.skip("a server that drops connections: PostgreSQL only")
+    import psycopg
+
+    gate = Gate()
+    fake_llm.responder = gate
+    turn = asyncio.create_task(rt.dispatcher(said("hello", message_id="1")))
+    await eventually(lambda: len(fake_llm.requests) == 1)  # stored, now with the model
+    with psycopg.connect(rt.storage.postgres.url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert killed, "the pool held at least one connection"
+    gate.open.set()
+    reply = await turn
+    assert reply is not None and reply.text == "echo: hello"
+    assert stored(rt, "c") == [("user", "hello"), ("assistant", "echo: hello")]
+    totals = rt.deliveries.delivery_totals()
+    assert (totals.answered, totals.pending, totals.replies) == (1, 0, 1)

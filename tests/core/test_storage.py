@@ -12,12 +12,14 @@ from core.api import Chat
 from core.config import StorageConfig
 from core.db import connect
 from core.model_profile import ModelProfile
+from core.pg_db import PgDatabase
 from core.sqlite_store import SqliteSessionStore
 from core.storage import Storage, open_storage
 from core.store import CompactionRecord, NewMessage
 from core.stores import session_store
 from core.tokens import Calibration
 from migrations import all_migrations, applied_names, migrate
+from tests.core.support import prepare_core_postgres
 
 
 def test_connect_sets_pragmas_and_loads_vec(tmp_path: Path) -> None:
@@ -228,3 +230,29 @@ def test_doctor_names_the_engine_and_its_vector_search(core_storage: Storage) ->
         assert "(PostgreSQL 18" in core_storage.describe() and check.name == "pgvector"
     else:
         assert "(SQLite " in core_storage.describe() and check.name == "sqlite-vec"
+
+
+def test_both_engines_have_the_same_columns_in_the_same_order(
+    tmp_path: Path, fresh_postgres_url: str
+) -> None:
+    """What `mnemo storage migrate` relies on to copy table by table (every table PostgreSQL
+    has so far; the memory and reflector ones join as their versions land)."""
+    conn = connect(tmp_path / "m.db")
+    db = PgDatabase(prepare_core_postgres(fresh_postgres_url), migrate=False)
+    try:
+        tables = [row[0] for row in db.read(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            " AND table_type = 'BASE TABLE' AND table_name != '_migrations' ORDER BY 1"
+        )]  # fmt: skip
+        assert {"chats", "messages", "compactions", "inbox", "turn_leases"} <= set(tables)
+        for table in tables:
+            on_pg = [row[0] for row in db.read(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+                (table,),
+            )]  # fmt: skip
+            on_sqlite = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+            assert on_pg == on_sqlite, table
+    finally:
+        db.close()
+        conn.close()
