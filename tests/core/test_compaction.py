@@ -38,11 +38,11 @@ from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def runtime(config: Config, core_storage_url: str) -> Iterator[Runtime]:
+def runtime(config: Config, storage_url: str) -> Iterator[Runtime]:
     """No extensions, and a 4k window so that a few turns exceed the verbatim reserve; on
-    each engine (`core_storage_url`, tests/core/conftest.py)."""
+    each engine (`storage_url`, tests/core/conftest.py)."""
     config.llm.context_window = 4_096
-    config.storage.url = core_storage_url
+    config.storage.url = storage_url
     rt = light_runtime(config)
     yield rt
     rt.close()
@@ -335,12 +335,12 @@ def _archived_ids(runtime: Runtime) -> set[int]:
 
 
 async def test_forty_long_turns_in_a_2048_window_compact_rarely_and_lose_nothing(
-    tmp_path: Path, core_storage_url: str
+    tmp_path: Path, storage_url: str
 ) -> None:
     """The issue's run: a llama.cpp-sized window (2,048) that the config does not state."""
     with FakeOpenAIServer(_long_chat_responder, ServerTraits(n_ctx=2048)) as server:
         config = make_config(tmp_path / "data", server.base_url)
-        config.storage.url = core_storage_url
+        config.storage.url = storage_url
         runtime = light_runtime(config)
         try:
             for n in range(40):

@@ -16,8 +16,8 @@ from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def runtime(config: Config, core_storage_url: str) -> Iterator[Runtime]:
-    config.storage.url = core_storage_url
+def runtime(config: Config, storage_url: str) -> Iterator[Runtime]:
+    config.storage.url = storage_url
     rt = light_runtime(config)
     yield rt
     rt.close()

@@ -1,7 +1,7 @@
 """The delivery store and turn leases: inbound messages once per platform id, replies kept
 until delivered, a chat's turn held by one owner at a time across connections (two SQLite
 connections, or two PostgreSQL pools: processes on different machines). Every test but the
-SQLite upgrade runs on both engines (`core_storage`, tests/core/conftest.py)."""
+SQLite upgrade runs on both engines (`storage`, tests/core/conftest.py)."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def two_processes(url: str) -> Iterator[tuple[Storage, Storage]]:
         two.close()
 
 
-def test_a_platform_message_is_stored_once_per_chat(core_storage: Storage) -> None:
-    sessions, store = stores(core_storage)
+def test_a_platform_message_is_stored_once_per_chat(storage: Storage) -> None:
+    sessions, store = stores(storage)
     chat = sessions.get_or_create_chat("telegram", "5")
     other = sessions.get_or_create_chat("telegram", "6")
     first = store.receive(chat, inbound("hi", "10"))
@@ -74,10 +74,10 @@ def test_a_platform_message_is_stored_once_per_chat(core_storage: Storage) -> No
 
 
 def test_a_replay_inside_a_turns_transaction_leaves_the_transaction_usable(
-    core_storage: Storage,
+    storage: Storage,
 ) -> None:
     """PostgreSQL aborts a transaction at a failed statement: a replay must not be one."""
-    sessions, store = stores(core_storage)
+    sessions, store = stores(storage)
     chat = sessions.get_or_create_chat("telegram", "5")
     with sessions.transaction():
         assert store.receive(chat, inbound("hi", "10")) is not None
@@ -86,8 +86,8 @@ def test_a_replay_inside_a_turns_transaction_leaves_the_transaction_usable(
     assert [m.content for m in sessions.history(chat.id)] == ["still works"]
 
 
-def test_a_reply_is_kept_until_delivered(core_storage: Storage) -> None:
-    sessions, store = stores(core_storage)
+def test_a_reply_is_kept_until_delivered(storage: Storage) -> None:
+    sessions, store = stores(storage)
     chat = sessions.get_or_create_chat("telegram", "5")
     message = store.receive(chat, inbound("hi", "10"))
     quiet = store.receive(chat, inbound("not for the bot", "11"))
@@ -108,9 +108,9 @@ def test_a_reply_is_kept_until_delivered(core_storage: Storage) -> None:
     assert (totals.replies, totals.delivered, totals.failed_attempts) == (1, 1, 1)
 
 
-def test_a_chat_turn_has_one_owner_until_released_or_expired(core_storage_url: str) -> None:
+def test_a_chat_turn_has_one_owner_until_released_or_expired(storage_url: str) -> None:
     clock = Clock()
-    with two_processes(core_storage_url) as (one, two):
+    with two_processes(storage_url) as (one, two):
         chat = session_store(one).get_or_create_chat("telegram", "5")
         first = TurnLeases(delivery_store(one), lease_s=10, clock=clock)
         second = TurnLeases(delivery_store(two), lease_s=10, clock=clock)
@@ -130,11 +130,11 @@ def test_a_chat_turn_has_one_owner_until_released_or_expired(core_storage_url: s
 
 
 def test_a_takeover_waits_until_a_turn_that_checked_its_lease_has_committed(
-    core_storage_url: str,
+    storage_url: str,
 ) -> None:
     """The lease check and the turn's writes commit together: another process whose claim
     arrives in between (the lease just expired) gets the chat only after that commit."""
-    with two_processes(core_storage_url) as (one, two):
+    with two_processes(storage_url) as (one, two):
         sessions, deliveries = stores(one)
         chat = sessions.get_or_create_chat("telegram", "5")
         arrived = deliveries.receive(chat, inbound("hi", "1"))
@@ -160,7 +160,7 @@ def test_a_takeover_waits_until_a_turn_that_checked_its_lease_has_committed(
 
 
 def test_a_lease_left_by_a_process_that_is_gone_is_taken_over_at_once(
-    core_storage: Storage,
+    storage: Storage,
 ) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
@@ -168,7 +168,7 @@ def test_a_lease_left_by_a_process_that_is_gone_is_taken_over_at_once(
     dead_owner = f"{host}:{gone.stdout.strip()}:abc"
     live_owner = f"{host}:{os.getppid()}:abc"  # the process that started the tests
     assert owner_is_gone(dead_owner) and not owner_is_gone(live_owner)
-    sessions, store = stores(core_storage)
+    sessions, store = stores(storage)
     chat = sessions.get_or_create_chat("telegram", "5")
     other = sessions.get_or_create_chat("telegram", "6")
     far = 10**10
@@ -179,8 +179,8 @@ def test_a_lease_left_by_a_process_that_is_gone_is_taken_over_at_once(
     assert leases.try_claim(other.id) is None
 
 
-async def test_a_held_lease_is_renewed_while_the_turn_runs(core_storage_url: str) -> None:
-    with two_processes(core_storage_url) as (one, two):
+async def test_a_held_lease_is_renewed_while_the_turn_runs(storage_url: str) -> None:
+    with two_processes(storage_url) as (one, two):
         chat = session_store(one).get_or_create_chat("telegram", "5")
         first = TurnLeases(delivery_store(one), lease_s=0.2)
         second = TurnLeases(delivery_store(two), lease_s=0.2)
@@ -210,11 +210,11 @@ def test_an_upgraded_database_has_nothing_to_answer_again(tmp_path: Path) -> Non
 
 
 def test_a_stored_message_comes_back_with_every_field_it_arrived_with(
-    core_storage: Storage,
+    storage: Storage,
 ) -> None:
     """A turn run from the inbox (after a wait or a restart) sees the same `Inbound` the
     channel made: a field added to `Inbound` but not stored fails here."""
-    sessions, store = stores(core_storage)
+    sessions, store = stores(storage)
     chat = sessions.get_or_create_chat("telegram", "-100", "Team", "group")
     arrived = Inbound(
         "telegram", "-100", "hello", sender_id="7", sender_name="Ann", chat_kind="group",

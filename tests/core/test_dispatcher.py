@@ -1,7 +1,7 @@
 """The dispatcher: every message stored as it arrives, each chat's turns one at a time and
 in order (across runtimes on one database too), replies delivered and retried, what a
 stop or a crash left taken up at the next start, a full disk never called "saved". On both
-engines: every runtime here opens `core_storage_url` (two runtimes: two PostgreSQL pools)."""
+engines: every runtime here opens `storage_url` (two runtimes: two PostgreSQL pools)."""
 
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ async def close(runtime: Runtime) -> None:
 
 
 @pytest.fixture
-def config(config: Config, core_storage_url: str) -> Config:
-    config.storage.url = core_storage_url
+def config(config: Config, storage_url: str) -> Config:
+    config.storage.url = storage_url
     return config
 
 

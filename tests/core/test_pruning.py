@@ -19,9 +19,9 @@ from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def runtime(config: Config, core_storage_url: str) -> Iterator[Runtime]:
+def runtime(config: Config, storage_url: str) -> Iterator[Runtime]:
     """On each engine: big tool results are files, or `stored_files` rows on PostgreSQL."""
-    config.storage.url = core_storage_url
+    config.storage.url = storage_url
     rt = light_runtime(config)
     yield rt
     rt.close()

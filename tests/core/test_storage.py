@@ -19,7 +19,6 @@ from core.store import CompactionRecord, NewMessage
 from core.stores import session_store
 from core.tokens import Calibration
 from migrations import all_migrations, applied_names, migrate
-from tests.core.support import prepare_core_postgres
 
 
 def test_connect_sets_pragmas_and_loads_vec(tmp_path: Path) -> None:
@@ -79,11 +78,11 @@ def test_failed_migration_leaves_no_record(tmp_path: Path, monkeypatch: pytest.M
     conn.close()
 
 
-# -- the SessionStore contract, on both engines (`core_storage`, tests/core/conftest.py)
+# -- the SessionStore contract, on both engines (`storage`, tests/core/conftest.py)
 
 
-def test_transaction_rolls_back_on_error(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_transaction_rolls_back_on_error(storage: Storage) -> None:
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "x")
     with pytest.raises(RuntimeError), store.transaction():
         store.append(chat.id, [NewMessage("user", "lost")])
@@ -91,8 +90,8 @@ def test_transaction_rolls_back_on_error(core_storage: Storage) -> None:
     assert store.history(chat.id) == []
 
 
-def test_chats_are_unique_per_channel_and_external_id(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_chats_are_unique_per_channel_and_external_id(storage: Storage) -> None:
+    store = session_store(storage)
     a = store.get_or_create_chat("telegram", "42", "Group", "group")
     b = store.get_or_create_chat("telegram", "42")
     c = store.get_or_create_chat("discord", "42")
@@ -106,8 +105,8 @@ def test_chats_are_unique_per_channel_and_external_id(core_storage: Storage) -> 
     assert [chat.id for chat in store.list_chats(limit=1)] == [a.id]
 
 
-def test_reset_starts_a_new_session_without_deleting(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_reset_starts_a_new_session_without_deleting(storage: Storage) -> None:
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "x")
     store.append(chat.id, [NewMessage("user", "old")])
     store.reset_session(chat.id)
@@ -116,8 +115,8 @@ def test_reset_starts_a_new_session_without_deleting(core_storage: Storage) -> N
     assert store.count_messages(chat.id) == 2
 
 
-def test_messages_come_back_as_stored_in_order(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_messages_come_back_as_stored_in_order(storage: Storage) -> None:
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "x")
     other = store.get_or_create_chat("terminal", "y")
     call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
@@ -146,8 +145,8 @@ def test_messages_come_back_as_stored_in_order(core_storage: Storage) -> None:
     assert store.history(chat.id)[1].context is None
 
 
-def test_a_compaction_marks_its_messages_and_moves_the_session(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_a_compaction_marks_its_messages_and_moves_the_session(storage: Storage) -> None:
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "x")
     ids = store.append(chat.id, [NewMessage("user", f"m{n}") for n in range(6)])
     assert store.session(chat.id).compaction_count == 0
@@ -174,8 +173,8 @@ def test_a_compaction_marks_its_messages_and_moves_the_session(core_storage: Sto
     ]
 
 
-def test_deleting_a_chat_keeps_its_usage_without_the_chat(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_deleting_a_chat_keeps_its_usage_without_the_chat(storage: Storage) -> None:
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "x")
     kept = store.get_or_create_chat("terminal", "y")
     ids = store.append(chat.id, [NewMessage("user", "a"), NewMessage("assistant", "b")])
@@ -189,8 +188,8 @@ def test_deleting_a_chat_keeps_its_usage_without_the_chat(core_storage: Storage)
     assert store.history(kept.id)[0].content == "stays"
 
 
-def test_calibration_and_model_profiles_are_kept_per_model(core_storage: Storage) -> None:
-    store = session_store(core_storage)
+def test_calibration_and_model_profiles_are_kept_per_model(storage: Storage) -> None:
+    store = session_store(storage)
     assert store.load_calibration("m") is None and store.load_model_profile("m") is None
     store.save_calibration(Calibration("m", 3.5, 4, 1.1))
     store.save_calibration(Calibration("m", 3.25, 5, None))
@@ -204,10 +203,10 @@ def test_calibration_and_model_profiles_are_kept_per_model(core_storage: Storage
     store.record_usage(None, "discovery", "m", None, None, 5, ok=False)  # no chat: fine
 
 
-def test_two_processes_see_each_others_writes(core_storage_url: str) -> None:
+def test_two_processes_see_each_others_writes(storage_url: str) -> None:
     """Two opened storages (two pools on PostgreSQL): one's commit is the other's read."""
-    one = open_storage(StorageConfig(url=core_storage_url))
-    two = open_storage(StorageConfig(url=core_storage_url))
+    one = open_storage(StorageConfig(url=storage_url))
+    two = open_storage(StorageConfig(url=storage_url))
     try:
         first, second = session_store(one), session_store(two)
         chat = first.get_or_create_chat("telegram", "5", "T")
@@ -221,30 +220,29 @@ def test_two_processes_see_each_others_writes(core_storage_url: str) -> None:
         two.close()
 
 
-def test_doctor_names_the_engine_and_its_vector_search(core_storage: Storage) -> None:
+def test_doctor_names_the_engine_and_its_vector_search(storage: Storage) -> None:
     from core.doctor import vector_check
 
-    check = vector_check(core_storage)
+    check = vector_check(storage)
     assert check.ok, check.line()
-    if core_storage.engine == "postgresql":
-        assert "(PostgreSQL 18" in core_storage.describe() and check.name == "pgvector"
+    if storage.engine == "postgresql":
+        assert "(PostgreSQL 18" in storage.describe() and check.name == "pgvector"
     else:
-        assert "(SQLite " in core_storage.describe() and check.name == "sqlite-vec"
+        assert "(SQLite " in storage.describe() and check.name == "sqlite-vec"
 
 
 def test_both_engines_have_the_same_columns_in_the_same_order(
     tmp_path: Path, fresh_postgres_url: str
 ) -> None:
-    """What `mnemo storage migrate` relies on to copy table by table (every table PostgreSQL
-    has so far; the memory and reflector ones join as their versions land)."""
+    """What `mnemo storage migrate` relies on to copy table by table."""
     conn = connect(tmp_path / "m.db")
-    db = PgDatabase(prepare_core_postgres(fresh_postgres_url), migrate=False)
+    db = PgDatabase(fresh_postgres_url)
     try:
         tables = [row[0] for row in db.read(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
             " AND table_type = 'BASE TABLE' AND table_name != '_migrations' ORDER BY 1"
         )]  # fmt: skip
-        assert {"chats", "messages", "compactions", "inbox", "turn_leases"} <= set(tables)
+        assert {"chats", "messages", "memories", "reflector_runs", "stored_files"} <= set(tables)
         for table in tables:
             on_pg = [row[0] for row in db.read(
                 "SELECT column_name FROM information_schema.columns"
@@ -256,3 +254,9 @@ def test_both_engines_have_the_same_columns_in_the_same_order(
     finally:
         db.close()
         conn.close()
+
+
+def test_every_migration_has_a_postgresql_version() -> None:
+    from migrations import all_migrations
+
+    assert [m.name for m in all_migrations() if m.apply_postgresql is None] == []

@@ -12,15 +12,11 @@ from core.storage import open_storage
 from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from tests.conftest import run_mnemo, write_config
-from tests.core.support import pg_migrations_missing
 
 
 @pytest.fixture
 def url(storage_url: str) -> str:
-    """`storage_url`, once every package can open PostgreSQL (`mnemo chat` loads them all)."""
-    missing = pg_migrations_missing()
-    if storage_url.startswith("postgresql") and missing:
-        pytest.skip(f"until these migrations have PostgreSQL versions: {', '.join(missing)}")
+    """`storage_url`: each test runs on SQLite and on PostgreSQL."""
     return storage_url
 
 
