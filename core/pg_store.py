@@ -10,6 +10,7 @@ delivery store's) joins it, so they commit together.
 from __future__ import annotations
 
 import json
+import time
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -36,11 +37,27 @@ _MESSAGE_COLUMNS = (
 _SESSION_START = "coalesce((SELECT started_at_message_id FROM sessions WHERE chat_id = %s), 0)"
 
 
+MODEL_FACTS_TTL_S = 2.0
+
+
 class PgSessionStore:
     """All reads and writes of chats, messages, sessions and usage on a `PgDatabase`."""
 
     def __init__(self, db: PgDatabase) -> None:
         self.db = db
+        # A turn reads the model's calibration and profile several times, and they change
+        # slowly: kept for a moment rather than a round trip each (another process's save
+        # is seen within `MODEL_FACTS_TTL_S`; this process's own at once).
+        self._model_facts: dict[tuple[str, str], tuple[float, object]] = {}
+
+    def _remembered(self, kind: str, model: str) -> tuple[bool, object]:
+        found = self._model_facts.get((kind, model))
+        if found is not None and time.monotonic() - found[0] < MODEL_FACTS_TTL_S:
+            return True, found[1]
+        return False, None
+
+    def _remember(self, kind: str, model: str, value: object) -> None:
+        self._model_facts[(kind, model)] = (time.monotonic(), value)
 
     def transaction(self) -> AbstractContextManager[Any]:
         return self.db.transaction()
@@ -262,13 +279,19 @@ class PgSessionStore:
         )
 
     def load_calibration(self, model: str) -> Calibration | None:
+        known, value = self._remembered("calibration", model)
+        if known:
+            return value if isinstance(value, Calibration) else None
         row = self.db.read_one(
             "SELECT chars_per_token, samples, last_ratio FROM context_calibration WHERE model = %s",
             (model,),
         )
-        return Calibration(model, float(row[0]), int(row[1]), row[2]) if row else None
+        calibration = Calibration(model, float(row[0]), int(row[1]), row[2]) if row else None
+        self._remember("calibration", model, calibration)
+        return calibration
 
     def save_calibration(self, calibration: Calibration) -> None:
+        self._model_facts.pop(("calibration", calibration.model), None)
         self.db.write(
             "INSERT INTO context_calibration (model, chars_per_token, samples, last_ratio)"
             " VALUES (%s, %s, %s, %s) ON CONFLICT (model) DO UPDATE SET"
@@ -285,10 +308,16 @@ class PgSessionStore:
     # -- model profiles ------------------------------------------------------------------
 
     def load_model_profile(self, model: str) -> ModelProfile | None:
+        known, value = self._remembered("profile", model)
+        if known:
+            return value if isinstance(value, ModelProfile) else None
         row = self.db.read_one("SELECT facts FROM model_profiles WHERE model = %s", (model,))
-        return ModelProfile.from_facts(model, json.loads(row[0])) if row else None
+        profile = ModelProfile.from_facts(model, json.loads(row[0])) if row else None
+        self._remember("profile", model, profile)
+        return profile
 
     def save_model_profile(self, profile: ModelProfile) -> None:
+        self._model_facts.pop(("profile", profile.model), None)
         self.db.write(
             "INSERT INTO model_profiles (model, facts) VALUES (%s, %s) ON CONFLICT (model)"
             " DO UPDATE SET facts = excluded.facts, updated_at = mnemo_now()",
