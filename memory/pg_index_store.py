@@ -164,9 +164,9 @@ def store_vectors(
         )
 
 
-def drop_vector(conn: Any, memory_id: int, vector_loaded: bool) -> None:
+def drop_vector(conn: Any, memory_id: int, *, with_knn_table: bool) -> None:
     conn.execute(f"DELETE FROM {FLOAT_TABLE} WHERE memory_id = %s", (memory_id,))
-    if vector_loaded:
+    if with_knn_table:
         conn.execute(f"DELETE FROM {VEC_TABLE} WHERE memory_id = %s", (memory_id,))
 
 
@@ -364,3 +364,20 @@ def forget_scope_log(conn: Any, chat_id: int) -> None:
     conn.execute(
         "INSERT INTO memory_changes (scope, memory_id) VALUES (%s, %s)", (PRUNED_SCOPE, through)
     )
+
+
+HNSW_INDEX = "memories_vec_hnsw"
+
+
+def set_hnsw_index(conn: Any, present: bool) -> None:
+    """Create or drop an HNSW index on the pgvector table (`mnemo bench memory` compares
+    KNN with and without it; the store itself does not create one, see `nearest`)."""
+    if present:
+        conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {HNSW_INDEX} ON {VEC_TABLE}"
+            " USING hnsw (embedding vector_cosine_ops)"
+        )
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+    else:
+        conn.execute(f"DROP INDEX IF EXISTS {HNSW_INDEX}")
+        conn.execute("RESET hnsw.iterative_scan")
