@@ -12,6 +12,7 @@ import pytest
 from core.db import Connection, connect
 from core.errors import InputError
 from core.sqlite_store import SqliteSessionStore
+from memory import index_store
 from memory.embeddings import Embedder
 from memory.retrieval import effective_mode, rank_memories
 from memory.sqlite_store import SqliteMemoryStore
@@ -250,3 +251,10 @@ def test_an_update_without_a_model_drops_the_old_vector(engine: Engine, embedder
     assert engine.vector_ids() == set()
     assert engine.store(embedder).find_near_duplicate(a, "lives in Berlin") is None
     assert engine.store(embedder).embed_missing() == 1 and engine.vector_ids() == {memory_id}
+
+
+def test_the_sqlite_known_memory_lookup_starts_from_the_full_text_index(conn: Connection) -> None:
+    """SQLite only (PostgreSQL plans its own): one MATCH over the index, not one per memory
+    of the chat (which took 3 s at 9,000 memories)."""
+    plan = index_store.matching_plan(conn)
+    assert plan[0].startswith("SCAN f VIRTUAL TABLE"), plan
