@@ -178,8 +178,8 @@ class PgMemoryStore:
                 return
             if vector is not None:
                 self._write_vectors(conn, [(memory_id, memory.chat_id, vector)])
-            elif self._vectors_checked:
-                index.drop_vector(conn, memory_id, self._pgvector)
+            elif tables := self._vector_tables():  # the old text's vector must not linger
+                index.drop_vector(conn, memory_id, with_knn_table=tables == 2)
 
     def touch(self, memory_id: int, confidence: float | None = None) -> None:
         self._require(memory_id)
@@ -201,15 +201,14 @@ class PgMemoryStore:
                 "UPDATE memories SET archived = 1, updated_at = mnemo_now() WHERE id = %s",
                 (memory_id,),
             )
-            if self._vector_tables_may_exist():
-                index.drop_vector(conn, memory_id, self._pgvector)
+            if tables := self._vector_tables():
+                index.drop_vector(conn, memory_id, with_knn_table=tables == 2)
 
-    def _vector_tables_may_exist(self) -> bool:
-        """Whether to delete vector rows: the tables exist once any process made them."""
-        if self._vectors_checked:
-            return True
+    def _vector_tables(self) -> int:
+        """How many vector tables exist (any process may have made them): 0, 1 (floats
+        only) or 2 (floats and pgvector's)."""
         with self.db.connection() as conn:
-            return index.index_state(conn)[1] > 0
+            return index.index_state(conn)[1]
 
     def delete(self, memory_id: int) -> None:
         """Remove a memory; its vectors go with it (ON DELETE CASCADE)."""

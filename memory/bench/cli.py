@@ -6,6 +6,7 @@ rank through the real `rank_memories`. Figures are printed, never asserted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import tempfile
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from core.storage import Storage
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
 CHANGED_QUERIES = 100  # `bench memory`: queries each just after a new memory
@@ -142,6 +145,16 @@ def synthetic_query(rng: random.Random) -> str:
     show_default=True,
     help="Idle seconds before each timed query, as between a bot's messages.",
 )
+@click.option(
+    "--storage-url",
+    default=None,
+    help="Bench on this (empty) PostgreSQL database instead of a throwaway SQLite file.",
+)
+@click.option(
+    "--test-postgres",
+    is_flag=True,
+    help="Bench on a throwaway PostgreSQL server started for the run (core.testing.postgres).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_memory(
     count: int,
@@ -149,57 +162,175 @@ def bench_memory(
     retrievers: tuple[str, ...],
     query_precision: str,
     gap: float,
+    storage_url: str | None,
+    test_postgres: bool,
     as_json: bool,
 ) -> None:
     """Ranking latency (query embedding included) for one chat of N memories."""
+    with contextlib.ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mnemo-bench-")))
+        if test_postgres:
+            from core.testing.postgres import PostgresServer
+
+            server = stack.enter_context(PostgresServer())
+            storage_url = server.create_database("bench")
+        storage = _bench_storage(work, storage_url)
+        stack.callback(storage.close)
+        _bench_memory_on(storage, count, queries, retrievers, query_precision, gap, as_json)
+
+
+def _bench_storage(work: Path, url: str | None) -> Storage:
+    """A throwaway SQLite file, or the PostgreSQL database `url` with memory's tables."""
     from core.db import connect
-    from core.sqlite_store import SqliteSessionStore
+
+    if url is None:
+        return Storage(sqlite=connect(work / "bench.db"))
+    from core.pg_db import PgDatabase
+    from migrations import all_migrations
+
+    db = PgDatabase(url, migrate=False)
+    if all(migration.apply_postgresql for migration in all_migrations()):
+        db.migrate()
+    else:  # until every package has its PostgreSQL migrations: the tables ranking reads
+        with db.transaction() as conn:
+            if db.info.vector_loaded:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            from migrations import PG_NOW_FUNCTION
+
+            conn.execute(PG_NOW_FUNCTION)
+            for migration in all_migrations():
+                if migration.number in (1, 2, 5, 6, 7, 12) and migration.apply_postgresql:
+                    migration.apply_postgresql(conn)
+    return Storage(postgres=db)
+
+
+def _bench_memory_on(
+    storage: Storage,
+    count: int,
+    queries: int,
+    retrievers: tuple[str, ...],
+    query_precision: str,
+    gap: float,
+    as_json: bool,
+) -> None:
     from memory.embeddings import load_embedder
     from memory.keyword_cache import keyword_lists
-    from memory.sqlite_store import SqliteMemoryStore
+    from memory.stores import memory_store
     from memory.vector_cache import chat_vectors
 
     rng = random.Random(7)
     embedder = load_embedder("", query_precision)
     results: dict[str, dict[str, float]] = {}
-    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as work:
-        conn = connect(Path(work) / "bench.db")
-        store = SqliteSessionStore(conn)
-        chat, other = store.get_or_create_chat("bench", "a"), store.get_or_create_chat("bench", "b")
-        memories = SqliteMemoryStore(conn, embedder)
-        texts = [synthetic_memory(rng) for _ in range(count)]
-        started = time.perf_counter()
-        vectors = embedder.embed(texts) if embedder is not None else [None] * count
-        for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
-            owner = other.id if number % 10 == 9 else chat.id  # a neighbour chat's 10%
-            memories.add(owner, text, "EVENT", source="bench", embedding=vector)
-        ingest_s = time.perf_counter() - started
-        # A chat's keyword lists are built at its first query (timed on its own), then
-        # kept up to date change by change (timed in "just after a new memory").
-        results["(keyword lists, first build)"] = _timed(
-            ["build"] * 5, partial(_first_build, memories, chat.id)
-        )
-        keyword_lists(memories, chat.id)  # built, as it stands between changes
-        results["(vectors held in memory, first build)"] = _timed(
-            ["build"] * 5, partial(_first_vectors, memories, chat.id)
-        )
-        chat_vectors(memories, chat.id)
-        modes = list(retrievers or RETRIEVERS)
-        for mode in modes:
-            asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
-            results[mode] = _timed(asked, partial(_rank_once, memories, chat.id, mode), gap)
-        results[f"{modes[0]}, just after a new memory"] = _after_changes(
-            memories, chat.id, modes[0], rng, gap
-        )
+    chat_id, other_id = _bench_chats(storage)
+    memories = memory_store(storage, embedder)
+    texts = [synthetic_memory(rng) for _ in range(count)]
+    started = time.perf_counter()
+    vectors = embedder.embed(texts) if embedder is not None else [None] * count
+    for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+        owner = other_id if number % 10 == 9 else chat_id  # a neighbour chat's 10%
+        memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+    ingest_s = time.perf_counter() - started
+    # A chat's keyword lists are built at its first query (timed on its own), then
+    # kept up to date change by change (timed in "just after a new memory").
+    results["(keyword lists, first build)"] = _timed(
+        ["build"] * 5, partial(_first_build, memories, chat_id)
+    )
+    keyword_lists(memories, chat_id)  # built, as it stands between changes
+    results["(vectors held in memory, first build)"] = _timed(
+        ["build"] * 5, partial(_first_vectors, memories, chat_id)
+    )
+    chat_vectors(memories, chat_id)
+    modes = list(retrievers or RETRIEVERS)
+    for mode in modes:
+        asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
+        results[mode] = _timed(asked, partial(_rank_once, memories, chat_id, mode), gap)
+    results[f"{modes[0]}, just after a new memory"] = _after_changes(
+        memories, chat_id, modes[0], rng, gap
+    )
+    asked = [synthetic_query(rng) for _ in range(queries)]
+    results["(known-memory lookup, full text)"] = _timed(
+        asked, partial(_known_lookup, memories, chat_id), gap
+    )
+    if storage.sqlite is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
-        fts = partial(_fts5_bm25, conn, chat.id)
+        fts = partial(_fts5_bm25, storage.sqlite, chat_id)
         results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
-        if embedder is not None:
-            asked = [synthetic_query(rng) for _ in range(queries)]
-            results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
-        conn.close()
+    elif embedder is not None and storage.pg.info.vector_loaded:
+        results.update(_pgvector_knn(storage, embedder, chat_id, rng, queries, gap))
+    if embedder is not None:
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
     precision = getattr(embedder, "query_precision", "none (no model)")
-    _print_memory_bench(count, queries, ingest_s, precision, gap, results, as_json)
+    _print_memory_bench(
+        count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
+    )
+
+
+def _bench_chats(storage: Storage) -> tuple[int, int]:
+    """The ranked chat and a neighbour's, on either engine."""
+    from core.stores import session_store
+
+    sessions = session_store(storage)
+    return (
+        sessions.get_or_create_chat("bench", "a").id,
+        sessions.get_or_create_chat("bench", "b").id,
+    )
+
+
+def _known_lookup(memories: Any, chat_id: int, query: str) -> object:
+    return memories.matching(chat_id, query, 10)
+
+
+def _pgvector_knn(
+    storage: Storage, embedder: Any, chat_id: int, rng: random.Random, queries: int, gap: float
+) -> dict[str, dict[str, float]]:
+    """pgvector KNN in the server (query embedding excluded): exact, then with an HNSW index
+    (iterative scans on), and the HNSW result's recall@10 against the exact one."""
+    from memory import pg_index_store
+
+    asked = [embedder.embed_query(synthetic_query(rng)) for _ in range(queries)]
+    exact: list[list[int]] = []
+    found: list[list[int]] = []
+
+    def knn(into: list[list[int]], vector: list[float]) -> None:
+        with storage.pg.connection() as conn:
+            near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+        into.append([memory_id for memory_id, _ in near])
+
+    figures = {"(pgvector KNN, exact)": _timed_vectors(asked, partial(knn, exact), gap)}
+    with storage.pg.connection() as conn:
+        started = time.perf_counter()
+        pg_index_store.set_hnsw_index(conn, True)
+        built_s = time.perf_counter() - started
+    with storage.pg.connection() as conn:  # iterative scans are a session setting: per query
+        pg_index_store.set_hnsw_index(conn, True)
+        timed = _timed_vectors(asked, partial(_knn_on, conn, chat_id, found), gap)
+    recall = sum(len(set(a) & set(b)) for a, b in zip(exact, found, strict=True))
+    timed["recall_at_10"] = round(recall / max(1, sum(len(a) for a in exact)), 3)
+    timed["index_build_s"] = round(built_s, 1)
+    figures["(pgvector KNN, HNSW + iterative scan)"] = timed
+    with storage.pg.connection() as conn:
+        pg_index_store.set_hnsw_index(conn, False)
+    return figures
+
+
+def _knn_on(conn: Any, chat_id: int, into: list[list[int]], vector: list[float]) -> None:
+    from memory import pg_index_store
+
+    near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+    into.append([memory_id for memory_id, _ in near])
+
+
+def _timed_vectors(
+    vectors: list[list[float]], run: Callable[[list[float]], object], gap: float
+) -> dict[str, float]:
+    timings = []
+    for vector in vectors:
+        time.sleep(gap)
+        began = time.perf_counter()
+        run(vector)
+        timings.append((time.perf_counter() - began) * 1000)
+    return _percentiles(timings)
 
 
 def _rank_once(memories: Any, chat_id: int, mode: str, query: str) -> object:
@@ -270,6 +401,7 @@ def _print_memory_bench(
     gap: float,
     results: dict[str, dict[str, float]],
     as_json: bool,
+    where: str = "",
 ) -> None:
     if as_json:
         click.echo(
@@ -280,6 +412,7 @@ def _print_memory_bench(
                     "ingest_s": round(ingest_s, 1),
                     "query_precision": precision,
                     "gap_s": gap,
+                    "storage": where,
                     "latency": results,
                 },
                 indent=2,
@@ -289,10 +422,13 @@ def _print_memory_bench(
     click.echo(
         f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
         f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
-        f" included; {gap:g} s idle before each"
+        f" included; {gap:g} s idle before each; on {where}"
     )
     for mode, figures in results.items():
+        extra = "".join(
+            f"  {key} {value}" for key, value in figures.items() if not key.endswith("_ms")
+        )
         click.echo(
-            f"  {mode:<32} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
-            f"  max {figures['max_ms']:.2f} ms"
+            f"  {mode:<40} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
+            f"  max {figures['max_ms']:.2f} ms{extra}"
         )
