@@ -11,13 +11,12 @@ from typing import Any
 
 from core.config import Config
 from core.db import Connection, savepoint
-from core.errors import StorageError
 from core.llm import LLM
 from core.pg_db import PgDatabase
 from core.storage import Storage, sqlite_storage
 from core.stores import session_store
 from memory.store import MemoryStore
-from memory.strategies.store import StrategyStore
+from memory.stores import memory_store, strategy_store
 from reflector.contributors import PassContributor
 from reflector.reflection import Reflector, ReflectorStores, UnitOfWork, configured_embedder
 from reflector.store import CursorStore, LeaseStore, RunStore
@@ -81,23 +80,6 @@ def sqlite_reflector(
     return build_reflector(
         config, sqlite_storage(db), llm, memories=memories, contributors=contributors, clock=clock
     )
-
-
-def memory_store(storage: Storage) -> MemoryStore:
-    """The memory store without an embedder (the reflector adds one when it needs it)."""
-    if storage.postgres is not None:  # until memory.stores lands (the pgmemory branch)
-        raise StorageError("the PostgreSQL memory store is not built yet")
-    from memory.sqlite_store import SqliteMemoryStore
-
-    return SqliteMemoryStore(storage.sqlite_conn)
-
-
-def strategy_store(storage: Storage) -> StrategyStore:
-    if storage.postgres is not None:  # until memory.stores lands (the pgmemory branch)
-        raise StorageError("the PostgreSQL strategy store is not built yet")
-    from memory.strategies.sqlite_store import SqliteStrategyStore
-
-    return SqliteStrategyStore(storage.sqlite_conn)
 
 
 def cursor_store(storage: Storage) -> CursorStore:
