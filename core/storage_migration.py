@@ -39,6 +39,8 @@ from core.storage_copy_store import (
 # The chats' files under the data dir: file memory, stored tool results, archives.
 CHAT_FILE = re.compile(r"(^|/)AGENTS\.md$|/tool-results/[^/]+$|/archive/[^/]+$")
 
+FILES_TABLE = "stored_files"
+
 Progress = Callable[[str], None]
 AfterCopy = Callable[[PgDatabase], str]
 
@@ -48,10 +50,11 @@ class TableCopy:
     table: str
     source_rows: int
     target_rows: int
+    expected_rows: int  # the source's, plus the chat files for `stored_files`
 
     @property
     def ok(self) -> bool:
-        return self.source_rows == self.target_rows
+        return self.target_rows == self.expected_rows
 
 
 @dataclass
@@ -134,9 +137,9 @@ def migrate_to_postgresql(
         with target.connection() as pg:  # verified after the commit, as another process sees it
             for table in order:
                 if table in tables:
-                    report.tables.append(
-                        TableCopy(table, sqlite_row_count(source, table), pg_row_count(pg, table))
-                    )
+                    rows = sqlite_row_count(source, table)
+                    expected = rows + (report.files if table == FILES_TABLE else 0)
+                    report.tables.append(TableCopy(table, rows, pg_row_count(pg, table), expected))
         report.seconds = time.perf_counter() - started
         return report
     finally:

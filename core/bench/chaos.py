@@ -122,23 +122,55 @@ def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tal
     return Tally(len(pushed), n_stored, n_answered, n_delivered, d_stored, d_answered, d_delivered)
 
 
-class Bot:
-    """A `mnemo run` process on Telegram (the fake Bot API) and the fake model."""
+@dataclass(frozen=True)
+class WebhookSetup:
+    """A bot process in webhook mode: Telegram posts to `url`, the process listens on `port`."""
 
-    def __init__(self, work: Path, model_url: str, telegram: FakeTelegramServer) -> None:
+    url: str
+    port: int
+    secret: str = "chaos-webhook-secret"
+
+    def config(self) -> str:
+        return (
+            f'mode = "webhook"\nwebhook_url = "{self.url}"\nlisten_port = {self.port}\n'
+            f'webhook_secret = "{self.secret}"\n'
+        )
+
+
+class Bot:
+    """A `mnemo run` process on Telegram (the fake Bot API) and the fake model; several of
+    them (each its own `name`) may share one `work` directory and its database."""
+
+    def __init__(
+        self,
+        work: Path,
+        model_url: str,
+        telegram: FakeTelegramServer,
+        *,
+        name: str = "chaos",
+        webhook: WebhookSetup | None = None,
+    ) -> None:
         extra = (
             "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
             f'[telegram]\ntoken = "1:CHAOS"\napi_base_url = "{telegram.base_url}"\n'
+            f"{webhook.config() if webhook else ''}"
         )
-        self.config = write_config(work / "chaos.toml", model_url, work / "data", extra)
+        self.config = write_config(work / f"{name}.toml", model_url, work / "data", extra)
         self.database = work / "data" / "mnemo.db"
+        self.log = work / f"{name}.log"
         self.work = work
         self.telegram = telegram
+        self.ready_call = "setWebhook" if webhook else "getUpdates"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        polls = len(self.telegram.sent("getUpdates"))
-        with (self.work / "run.log").open("ab") as log:  # the child keeps its own copy
+        """Launch, and wait until the process polls (or has registered its webhook)."""
+        before = len(self.telegram.sent(self.ready_call))
+        self.launch()
+        self.telegram.wait_for(lambda tg: len(tg.sent(self.ready_call)) > before, START_TIMEOUT_S)
+
+    def launch(self) -> None:
+        with self.log.open("ab") as log:  # the child keeps its own copy
             self.process = subprocess.Popen(
                 [*MNEMO, "--config", str(self.config), "run"],
                 stdin=subprocess.DEVNULL,
@@ -147,7 +179,6 @@ class Bot:
                 env=bench_env(None),
                 cwd=self.work,
             )
-        self.telegram.wait_for(lambda tg: len(tg.sent("getUpdates")) > polls, START_TIMEOUT_S)
 
     def kill(self) -> float:
         assert self.process is not None
@@ -208,7 +239,7 @@ def kill_run(
         first_stop_s = bot.stop() if how == "term" else bot.kill()
         began = time.perf_counter()
         bot.start()
-        _wait(telegram, len(pushed), timeout_s)
+        wait_delivered(telegram, len(pushed), timeout_s)
         recovered_s = time.perf_counter() - began
         stop_s = bot.stop()
         result = tally(pushed, bot.database, telegram)
@@ -244,7 +275,7 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
         bot.start()
         began = time.perf_counter()
         pushed = push(telegram, chats, messages)
-        _wait(telegram, len(pushed), timeout_s)
+        wait_delivered(telegram, len(pushed), timeout_s)
         seconds = time.perf_counter() - began
         stop_s = bot.stop()
         result = tally(pushed, bot.database, telegram)
@@ -259,7 +290,7 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
     }
 
 
-def _wait(telegram: FakeTelegramServer, expected: int, timeout_s: float) -> None:
+def wait_delivered(telegram: FakeTelegramServer, expected: int, timeout_s: float) -> None:
     """Until every pushed message has a delivered reply, or `timeout_s` (then the tally
     shows what is missing)."""
     with contextlib.suppress(AssertionError):
