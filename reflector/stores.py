@@ -16,7 +16,7 @@ from core.pg_db import PgDatabase
 from core.storage import Storage, sqlite_storage
 from core.stores import session_store
 from memory.store import MemoryStore
-from memory.strategies.store import StrategyStore
+from memory.stores import memory_store, strategy_store
 from reflector.contributors import PassContributor
 from reflector.reflection import Reflector, ReflectorStores, UnitOfWork, configured_embedder
 from reflector.store import CursorStore, LeaseStore, RunStore
@@ -80,19 +80,6 @@ def sqlite_reflector(
     return build_reflector(
         config, sqlite_storage(db), llm, memories=memories, contributors=contributors, clock=clock
     )
-
-
-def memory_store(storage: Storage) -> MemoryStore:
-    """The memory store without an embedder (the reflector adds one when it needs it)."""
-    from memory import stores
-
-    return stores.memory_store(storage)
-
-
-def strategy_store(storage: Storage) -> StrategyStore:
-    from memory import stores
-
-    return stores.strategy_store(storage)
 
 
 def cursor_store(storage: Storage) -> CursorStore:

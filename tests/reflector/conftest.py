@@ -13,9 +13,10 @@ from core.config import Config
 from core.llm import OpenAILLM
 from core.storage import Storage, open_storage
 from memory.embeddings import Embedder
+from memory.stores import memory_store
 from reflector.contributors import PassContributor
 from reflector.reflection import Reflector
-from reflector.stores import build_reflector, memory_store
+from reflector.stores import build_reflector
 
 
 class Reflectors:

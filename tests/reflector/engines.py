@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from core.config import StorageConfig
 from core.db import transaction as sqlite_transaction
-from core.pg_db import PgDatabase
-from core.storage import Storage, open_storage
+from core.storage import Storage
 
 
 def query(storage: Storage, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -53,28 +51,3 @@ def chat_with_messages(storage: Storage, name: str, count: int) -> tuple[int, li
         for i in range(count)
     ]
     return int(chat_id), [int(i) for i in ids]
-
-
-def open_reflector_storage(url: str) -> Storage:
-    """A migrated `Storage` with the reflector's tables on either engine.
-
-    TEMPORARY, until the PostgreSQL memory migrations land (pgmemory): on PostgreSQL it
-    migrates up to m0001, stands in a bare `memories` table for m0002 (the supersede edges
-    refer to it), then applies the reflector's own m0003 and m0009.
-    """
-    if not url.startswith("postgresql://"):
-        return open_storage(StorageConfig(url=url))
-    from migrations import m0002_memories, m0003_reflector, m0009_reflector_skips
-
-    db = PgDatabase(url, migrate=False)
-    if hasattr(m0002_memories, "apply_postgresql"):
-        db.migrate()
-        return Storage(postgres=db)
-    if db.read_one("SELECT to_regclass('reflector_runs')") != (None,):
-        return Storage(postgres=db)  # a second process on the same database
-    db.migrate(upto=1)
-    with db.transaction() as conn:
-        conn.execute("CREATE TABLE memories (id BIGINT PRIMARY KEY)")
-        m0003_reflector.apply_postgresql(conn)
-        m0009_reflector_skips.apply_postgresql(conn)
-    return Storage(postgres=db)

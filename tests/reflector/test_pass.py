@@ -15,11 +15,12 @@ from core.storage import Storage, open_storage
 from core.store import NewMessage
 from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from memory import index_store
+from memory import index_store, pg_index_store
 from memory.embeddings import Embedder
+from memory.stores import memory_store
 from reflector.facts import FactTally, FactWriter, PreparedFact
 from reflector.reflection import PassReport, Reflector
-from reflector.stores import lease_store, memory_store
+from reflector.stores import lease_store
 from tests.reflector.conftest import Reflectors
 from tests.reflector.engines import execute, query
 
@@ -330,8 +331,9 @@ async def test_a_cursor_moved_elsewhere_during_the_call_writes_nothing(
 async def test_maintenance_archives_stale_deletes_expired_and_embeds_missing(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch, db: Storage, reflectors: Reflectors
 ) -> None:
-    monkeypatch.setattr(index_store, "LOG_PRUNE_AT", 3)  # the memory change log
-    monkeypatch.setattr(index_store, "LOG_KEEP", 1)
+    for log in (index_store, pg_index_store):  # the memory change log, on either engine
+        monkeypatch.setattr(log, "LOG_PRUNE_AT", 3)
+        monkeypatch.setattr(log, "LOG_KEEP", 1)
     bare = reflectors.open()
     vec = reflectors.open(embedder)
     chat_id, _ = say(bare, ["x"])

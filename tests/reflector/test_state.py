@@ -1,8 +1,5 @@
-"""Reflector bookkeeping: the migrations, the per-chat cursor, leases and the run log.
-
-The store tests run on both engines (`storage_url`); the migration tests of old databases
-are SQLite's (PostgreSQL deployments start at today's schema or come by `storage migrate`).
-"""
+"""Reflector bookkeeping: the migrations, the per-chat cursor, leases and the run log, on
+both engines (`storage_url`), and what only PostgreSQL needs locks for."""
 
 from __future__ import annotations
 
@@ -14,51 +11,60 @@ from pathlib import Path
 import pytest
 
 from core.config import StorageConfig
-from core.db import Connection, connect
-from core.sqlite_store import SqliteSessionStore
+from core.db import connect
+from core.pg_db import PgDatabase
 from core.storage import Storage, open_storage
-from core.store import NewMessage
-from migrations import applied_names, migrate
-from reflector.sqlite_store import SqliteCursorStore, SqliteRunStore
+from migrations import migrate
 from reflector.store import ChatRun, Lease
 from reflector.stores import cursor_store, lease_store, run_store
-from tests.reflector.engines import (
-    chat_with_messages,
-    open_reflector_storage,
-    query,
-    transaction,
-)
+from tests.reflector.engines import chat_with_messages, execute, query, transaction
 
 TABLES = {"memory_reflector_state", "reflector_runs", "reflector_leases", "memory_supersede_edges"}
 
 
 @pytest.fixture
-def db(storage_url: str) -> Iterator[Storage]:
-    """A database with the reflector's tables, once per engine."""
-    opened = open_reflector_storage(storage_url)
-    yield opened
-    opened.close()
+def db(storage: Storage) -> Storage:
+    """A migrated database, once per engine."""
+    return storage
 
 
-def sqlite_chat(conn: Connection, name: str, count: int) -> tuple[int, list[int]]:
-    store = SqliteSessionStore(conn)
-    chat = store.get_or_create_chat("terminal", name)
-    ids = store.append(chat.id, [NewMessage("user", f"m{i}", "u") for i in range(count)])
-    return chat.id, ids
+def open_url(url: str) -> Storage:
+    """The database at `url`, migrated: what another process would open."""
+    return open_storage(StorageConfig(url=url))
 
 
-def test_migration_adds_the_tables_to_an_old_database(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    old = connect(path, migrate=False)
-    migrate(old, upto=2)
-    chat_id, _ = sqlite_chat(old, "a", 3)
+def open_old(url: str, upto: int) -> Storage:
+    """The database at `url` migrated only up to migration `upto`: an older deployment."""
+    if url.startswith("postgresql://"):
+        postgres = PgDatabase(url, migrate=False)
+        postgres.migrate(upto=upto)
+        return Storage(postgres=postgres)
+    path = Path(url.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path, migrate=False)
+    migrate(conn, upto=upto)
+    return Storage(sqlite=conn)
+
+
+def table_names(storage: Storage) -> set[str]:
+    if storage.postgres is not None:
+        rows = query(storage, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+    else:
+        rows = query(storage, "SELECT name FROM sqlite_master WHERE type = 'table'")
+    return {row[0] for row in rows}
+
+
+def test_migration_adds_the_tables_to_an_old_database(storage_url: str) -> None:
+    old = open_old(storage_url, upto=2)
+    assert not table_names(old) & TABLES
+    chat_id, _ = chat_with_messages(old, "a", 3)
     old.close()
-    conn = connect(path)
-    assert "m0003_reflector" in applied_names(conn)
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    assert tables >= TABLES
-    assert SqliteCursorStore(conn).pending_chats() == [chat_id]
-    conn.close()
+    new = open_url(storage_url)
+    try:
+        assert table_names(new) >= TABLES
+        assert cursor_store(new).pending_chats() == [chat_id]
+    finally:
+        new.close()
 
 
 def test_the_postgresql_tables_have_sqlites_columns_in_order(
@@ -66,7 +72,7 @@ def test_the_postgresql_tables_have_sqlites_columns_in_order(
 ) -> None:
     """`mnemo storage migrate` copies table by table: same columns, same order."""
     sqlite = open_storage(StorageConfig(url=f"sqlite:///{tmp_path / 'm.db'}"))
-    postgres = open_reflector_storage(fresh_postgres_url)
+    postgres = open_url(fresh_postgres_url)
     try:
         for table in sorted(TABLES):
             lite = [row[1] for row in query(sqlite, f"PRAGMA table_info({table})")]
@@ -169,7 +175,7 @@ def test_claim_next_takes_the_first_free_chat_in_order(db: Storage) -> None:
 
 
 def test_concurrent_claims_from_many_connections_have_one_winner(storage_url: str) -> None:
-    setup = open_reflector_storage(storage_url)
+    setup = open_url(storage_url)
     chat_id, _ = chat_with_messages(setup, "a", 1)
     setup.close()
     barrier = threading.Barrier(6)
@@ -177,7 +183,7 @@ def test_concurrent_claims_from_many_connections_have_one_winner(storage_url: st
     errors: list[BaseException] = []
 
     def contend() -> None:
-        storage = open_reflector_storage(storage_url)
+        storage = open_url(storage_url)
         try:
             barrier.wait()
             lease = lease_store(storage, lease_s=600).claim(chat_id)
@@ -199,7 +205,7 @@ def test_concurrent_claims_from_many_connections_have_one_winner(storage_url: st
 
 def test_workers_claiming_together_take_every_chat_exactly_once(storage_url: str) -> None:
     """4 workers (own connections) claim from the same 12 due chats until none is left."""
-    setup = open_reflector_storage(storage_url)
+    setup = open_url(storage_url)
     chats = [chat_with_messages(setup, f"c{i}", 1)[0] for i in range(12)]
     setup.close()
     barrier = threading.Barrier(4)
@@ -207,7 +213,7 @@ def test_workers_claiming_together_take_every_chat_exactly_once(storage_url: str
     errors: list[BaseException] = []
 
     def worker() -> None:
-        storage = open_reflector_storage(storage_url)
+        storage = open_url(storage_url)
         try:
             leases = lease_store(storage, lease_s=600)
             barrier.wait()
@@ -247,22 +253,22 @@ def test_run_log_records_successes_and_failures(db: Storage) -> None:
     assert log.recent(chat_id) == [] and log.count(chat_id) == 0
 
 
-def test_migration_0009_gives_old_runs_a_status(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    old = connect(path, migrate=False)
-    migrate(old, upto=8)
-    chat_id, _ = sqlite_chat(old, "a", 1)
+def test_migration_0009_gives_old_runs_a_status(storage_url: str) -> None:
+    old = open_old(storage_url, upto=8)
+    chat_id, _ = chat_with_messages(old, "a", 1)
     for ok in (1, 0):
-        old.execute(
+        execute(
+            old,
             "INSERT INTO reflector_runs (chat_id, started_at, ok, error) VALUES (?, 'x', ?, ?)",
             (chat_id, ok, None if ok else "boom"),
         )
     old.close()
-    conn = connect(path)
-    assert "m0009_reflector_skips" in applied_names(conn)
-    failed, done = SqliteRunStore(conn).recent(chat_id)
-    assert (failed.status, failed.batch_failed, done.status) == ("failed", False, "done")
-    conn.close()
+    new = open_url(storage_url)
+    try:
+        failed, done = run_store(new).recent(chat_id)
+        assert (failed.status, failed.batch_failed, done.status) == ("failed", False, "done")
+    finally:
+        new.close()
 
 
 def test_failed_attempts_count_batch_failures_since_the_last_completed_batch(
@@ -298,14 +304,14 @@ def test_failed_attempts_count_batch_failures_since_the_last_completed_batch(
 
 def test_of_two_cursor_moves_from_one_position_exactly_one_wins(storage_url: str) -> None:
     """Two processes' commits, the second waiting on the first's open transaction."""
-    setup = open_reflector_storage(storage_url)
+    setup = open_url(storage_url)
     chat_id, ids = chat_with_messages(setup, "a", 2)
     setup.close()
     results: list[bool] = []
     barrier = threading.Barrier(2)
 
     def move(new: int) -> None:
-        storage = open_reflector_storage(storage_url)
+        storage = open_url(storage_url)
         try:
             barrier.wait()
             with transaction(storage):
@@ -328,8 +334,8 @@ def test_of_two_cursor_moves_from_one_position_exactly_one_wins(storage_url: str
 @pytest.fixture
 def two_pg(fresh_postgres_url: str) -> Iterator[tuple[Storage, Storage]]:
     """Two processes' pools on one PostgreSQL database."""
-    one = open_reflector_storage(fresh_postgres_url)
-    two = open_reflector_storage(fresh_postgres_url)
+    one = open_url(fresh_postgres_url)
+    two = open_url(fresh_postgres_url)
     yield one, two
     one.close()
     two.close()
