@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -81,6 +81,23 @@ def machine_ticks() -> tuple[int, int]:
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = values[3] + values[4]  # idle + iowait
     return sum(values) - idle, sum(values)
+
+
+def delivery_doubles(delivered: list[dict[str, Any]], kill_mark: int) -> dict[str, int]:
+    """Replies delivered twice, split by whether a kill (at index `kill_mark` of the
+    deliveries; 0: none) explains them: first sent before it and again after it."""
+    seen_before: Counter[str] = Counter()
+    seen_after: Counter[str] = Counter()
+    for index, sent in enumerate(delivered):
+        found = MESSAGE.search(str(sent.get("text", "")))
+        if found is not None:
+            key = f"{found.group(1)}-{found.group(2)}"
+            (seen_before if index < kill_mark else seen_after)[key] += 1
+    across = sum(1 for key in seen_after if seen_before[key])
+    otherwise = sum(n - 1 for n in seen_before.values() if n > 1) + sum(
+        n - 1 for n in seen_after.values() if n > 1
+    )
+    return {"across_the_kill": across, "otherwise": otherwise}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -178,10 +195,12 @@ def webhook_fleet_run(
             began = time.perf_counter()
             pushed = push(telegram, chats, messages)
             killed = False
+            kill_mark = 0
             if kill_one_after is not None:
                 telegram.wait_for(lambda tg: len(tg.delivered) >= kill_one_after, timeout_s)
                 bots[-1].kill()
                 killed = True
+                kill_mark = len(telegram.delivered)  # everything the dead process sent is before
             wait_delivered(telegram, len(pushed), timeout_s)
             seconds = time.perf_counter() - began
             fakes_cpu = time.process_time() - fakes_before
@@ -199,6 +218,7 @@ def webhook_fleet_run(
             runs, reflected_at_once = reflector_check(storage_url) if workers else (0, [])
             served = [proxy.answered[f"http://127.0.0.1:{port}"] for port in ports]
             posts = list(telegram.webhook_posts)
+            doubles = delivery_doubles(list(telegram.delivered), kill_mark)
     turns = result.answered
     return {
         **asdict(result),
@@ -216,5 +236,10 @@ def webhook_fleet_run(
         "fakes_cpu_ms_per_turn": round(1000 * fakes_cpu / max(1, turns), 1),
         "machine_busy_share": round(busy, 2),  # all cores, everything on the machine
         "killed_one": killed,
+        # replies sent before the kill and again after it (the dead process's send window:
+        # Telegram accepted them, the process died before recording it): at-least-once
+        "redelivered_after_kill": doubles["across_the_kill"],
+        # doubles that the kill does not explain (must be none)
+        "doubled_otherwise": doubles["otherwise"],
         "sigterm_stop_s": [round(stop, 2) for stop in stops],
     }
