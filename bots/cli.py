@@ -9,13 +9,13 @@ from pathlib import Path
 import click
 
 from bots.runtime import PLUGINS, Runtime, build_runtime, configure_logging
+from bots.storage_cli import storage_group
 from bots.terminal import TerminalChannel
 from core.api import Check
 from core.config import Config, load_config, resolve_config_path
-from core.doctor import llm_setup_hint
+from core.doctor import llm_setup_hint, storage_checks
 from core.errors import LLMError, MnemoError
 from core.probes import model_checks
-from core.storage import Storage
 
 
 class Context:
@@ -137,29 +137,6 @@ def doctor(context: Context) -> None:
         sys.exit(1)
 
 
-def vector_check(storage: Storage) -> Check:
-    """Whether vector search runs in the database (sqlite-vec, pgvector) or falls back."""
-    if storage.postgres is not None:
-        pg = storage.postgres.info
-        if pg.vector_loaded:
-            return Check("pgvector", True, f"installed {pg.vector_version}")
-        return Check(
-            "pgvector",
-            False,
-            f"not available ({pg.vector_error}); memories are ranked in this process",
-            fatal=False,
-        )
-    info = storage.sqlite_conn.info
-    if info.vec_loaded:
-        return Check("sqlite-vec", True, f"loaded {info.vec_version}")
-    return Check(
-        "sqlite-vec",
-        False,
-        f"not loaded ({info.vec_error}); memory ranking uses keywords only",
-        fatal=False,
-    )
-
-
 async def _doctor_checks(context: Context) -> list[Check]:
     try:
         config = context.config
@@ -172,8 +149,7 @@ async def _doctor_checks(context: Context) -> list[Check]:
     except MnemoError as exc:
         return [*checks, Check("database", False, str(exc))]
     try:
-        checks.append(Check("database", True, runtime.storage.describe()))
-        checks.append(vector_check(runtime.storage))
+        checks.extend(storage_checks(runtime.storage))
         try:
             models = await runtime.llm.ping()
         except LLMError:
@@ -195,6 +171,7 @@ def bench() -> None:
 
 for plugin in PLUGINS:
     plugin.register_commands(cli)
+cli.add_command(storage_group)
 
 
 def main() -> None:

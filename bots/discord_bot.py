@@ -4,6 +4,10 @@ DMs and guild text channels; a thread is its own session (`"<parent>:<thread>"`)
 Commands are `!` prefix commands (`!reset` reaches the core as `/reset`); no application
 commands are registered. Requires the privileged *Message Content* intent (enable it in
 the Developer Portal under Bot → Privileged Gateway Intents), or guild messages arrive empty.
+
+With `[discord] shard_count` (and `shard_ids`), the client is discord.py's
+`AutoShardedClient` running those shards, so N processes split the guilds between them;
+Discord routes each guild to shard `(guild_id >> 22) % shard_count`, and DMs to shard 0.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import discord
 
@@ -34,21 +39,64 @@ REFUSAL = (
 Destination = discord.abc.Messageable
 
 
-class MnemoDiscordClient(discord.Client):
-    """A plain client (no discord.ext.commands): every message goes to one callback."""
+class _MessageEvents:
+    """The events Mnemo listens to, for the plain and the sharded client alike."""
 
-    def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]]) -> None:
-        intents = discord.Intents.default()
-        intents.message_content = True  # privileged: enable it in the Developer Portal
-        # The model's text never pings anyone (no @everyone, roles or users).
-        super().__init__(intents=intents, allowed_mentions=discord.AllowedMentions.none())
-        self._message_callback = on_message
+    user: discord.ClientUser | None
+    guilds: Sequence[discord.Guild]
+    _message_callback: Callable[[discord.Message], Awaitable[None]]
 
     async def on_ready(self) -> None:
         logger.info("connected as %s (%d guilds)", self.user, len(self.guilds))
 
     async def on_message(self, message: discord.Message) -> None:
         await self._message_callback(message)
+
+
+class MnemoDiscordClient(_MessageEvents, discord.Client):
+    """A plain client (no discord.ext.commands): every message goes to one callback."""
+
+    def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]]) -> None:
+        super().__init__(**_client_options())
+        self._message_callback = on_message
+
+
+class ShardedMnemoDiscordClient(_MessageEvents, discord.AutoShardedClient):
+    """The same client running `shard_ids` of `shard_count` shards (all of them when
+    `shard_ids` is empty); other processes run the rest."""
+
+    def __init__(
+        self,
+        on_message: Callable[[discord.Message], Awaitable[None]],
+        shard_count: int,
+        shard_ids: list[int],
+    ) -> None:
+        options = _client_options()
+        if shard_ids:  # else every shard runs here
+            options["shard_ids"] = shard_ids
+        super().__init__(shard_count=shard_count, **options)
+        self._message_callback = on_message
+
+    async def on_ready(self) -> None:
+        shards = sorted(self.shards)
+        logger.info("connected as %s: shards %s of %s (%d guilds)", self.user, shards,
+                    self.shard_count, len(self.guilds))  # fmt: skip
+
+
+def _client_options() -> dict[str, Any]:
+    intents = discord.Intents.default()
+    intents.message_content = True  # privileged: enable it in the Developer Portal
+    # The model's text never pings anyone (no @everyone, roles or users).
+    return {"intents": intents, "allowed_mentions": discord.AllowedMentions.none()}
+
+
+def build_client(
+    config: DiscordConfig, on_message: Callable[[discord.Message], Awaitable[None]]
+) -> discord.Client:
+    """The sharded client when `shard_count` is set, else the plain one."""
+    if config.shard_count is None:
+        return MnemoDiscordClient(on_message)
+    return ShardedMnemoDiscordClient(on_message, config.shard_count, config.shard_ids)
 
 
 class DiscordChannel:
@@ -59,12 +107,12 @@ class DiscordChannel:
     def __init__(self, config: DiscordConfig, commands: list[Command]) -> None:
         self.config = config
         self.command_names = {command.name for command in commands}
-        self.client = MnemoDiscordClient(self._on_message)
+        self.client = build_client(config, self._on_message)
         self._handler: Handler | None = None
         self._destinations: dict[str, Destination] = {}
         self._refused: set[int] = set()
 
-    def bind(self, handler: Handler) -> MnemoDiscordClient:
+    def bind(self, handler: Handler) -> discord.Client:
         """Attach the core's handler (tests then drive `self.client` without a gateway)."""
         self._handler = handler
         return self.client

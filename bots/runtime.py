@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bots.web import plugin as web_plugin
 from core import default_plugin
 from core.assembly import build_agent
 from core.config import Config
@@ -19,14 +20,21 @@ from core.llm import OpenAILLM
 from core.request_plan import RequestPlanner
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
-from core.stores import session_store
+from core.stores import file_store, session_store
 from core.turn import Agent
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
 
-# Registration order is injection order: built-ins, memory, strategies, reflector.
-PLUGINS: tuple[Plugin, ...] = (default_plugin, memory_plugin, strategies_plugin, reflector_plugin)
+# Registration order is injection order: built-ins, memory, strategies, reflector; the
+# dashboard last (it reads the others).
+PLUGINS: tuple[Plugin, ...] = (
+    default_plugin,
+    memory_plugin,
+    strategies_plugin,
+    reflector_plugin,
+    web_plugin,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +104,8 @@ def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtim
     try:
         store = session_store(storage)
         llm = OpenAILLM(config.llm)
-        agent = build_agent(config, storage, store, llm, plugins)
+        files = file_store(storage, config.storage.data_dir)
+        agent = build_agent(config, storage, store, llm, plugins, files=files)
     except BaseException:
         storage.close()
         raise

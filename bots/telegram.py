@@ -1,7 +1,8 @@
 """The Telegram channel: python-telegram-bot's Application run inside our event loop.
 
-Long polling by default, a webhook when `[telegram] webhook_url` is set. Updates become
-`Inbound`s (see `bots.telegram_inbound`), replies go out through `bots.telegram_delivery`.
+Long polling by default; with `[telegram] mode = "webhook"`, any number of processes serve
+one webhook path (`bots.telegram_webhook`). Updates become `Inbound`s (see
+`bots.telegram_inbound`), replies go out through `bots.telegram_delivery`.
 Access control happens here, before the core sees a message: refused messages cost no
 model call and are not stored. Polling skips an update that cannot be parsed
 (`bots.telegram_updates`); sends go through python-telegram-bot's rate limiter.
@@ -12,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator
-from urllib.parse import urlparse
+from typing import Any
 
 from telegram import Bot, BotCommand, Message, Update
 from telegram.constants import ChatAction, ChatType
-from telegram.error import Conflict, NetworkError, TelegramError
+from telegram.error import BadRequest, Conflict, NetworkError, TelegramError
 from telegram.ext import Application, ContextTypes, MessageHandler, filters
 
 from bots.telegram_delivery import ReplyRateLimiter, deliver
@@ -33,7 +33,8 @@ from bots.telegram_inbound import (
     to_inbound,
 )
 from bots.telegram_updates import SkippingUpdatesRequest
-from core.api import Command, Handler, Inbound, Outbound
+from bots.telegram_webhook import NotStored, TelegramWebhook
+from core.api import Command, Handler, Inbound, Outbound, StoreFirst
 from core.config import TelegramConfig
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ TYPING_INTERVAL_S = 4.0
 SEND_POOL_TIMEOUT_S = 15.0
 CONCURRENT_UPDATES = 100_000
 STARTUP_WAIT_S = 60.0  # how long a reply waits for the channel to start (after a restart)
+SET_WEBHOOK_RETRY_S = (1.0, 2.0, 4.0)  # network errors at start (429s: the rate limiter)
 COMMAND_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 REFUSAL = (
     "Sorry, this bot is private. Your Telegram user id is {user_id}; the owner can add it "
@@ -67,6 +69,7 @@ class TelegramChannel:
         self._identity: BotIdentity | None = None
         self._refused: set[int] = set()
         self._started = asyncio.Event()  # replies left by an earlier run wait for it
+        self._background: set[asyncio.Future[object]] = set()  # a plain handler's webhook work
 
     async def run(self, handler: Handler) -> None:
         """Poll (or serve the webhook) until cancelled; then stop cleanly."""
@@ -76,19 +79,26 @@ class TelegramChannel:
             self._identity = BotIdentity(app.bot.id, app.bot.username)
             self._started.set()
             await self._register_commands(app.bot)
+            self._warn_privacy_mode(app.bot)
             await app.start()
             try:
-                await self._start_updates(app)
-                await asyncio.Future()  # runs until the platform cancels this channel
+                if self.config.mode == "webhook":
+                    await self._serve_webhook(app.bot, handler)
+                else:
+                    await self._start_polling(app)
+                    await asyncio.Future()  # runs until the platform cancels this channel
             finally:
                 if app.updater is not None and app.updater.running:
                     await app.updater.stop()
                 await app.stop()
+                for work in self._background:
+                    work.cancel()
+                await asyncio.gather(*self._background, return_exceptions=True)
                 self._bot = None
                 self._started.clear()
 
     def _build_application(self, handler: Handler) -> Application:  # type: ignore[type-arg]
-        app = (
+        builder = (
             Application.builder()
             .token(self.config.token)
             .base_url(self.config.api_base_url)
@@ -96,13 +106,16 @@ class TelegramChannel:
             # Every update's handler starts at once, so the core stores each message as
             # it arrives (it keeps each chat in order); handlers then wait for their turn.
             .concurrent_updates(CONCURRENT_UPDATES)
-            .get_updates_request(SkippingUpdatesRequest(connection_pool_size=1))
-            .rate_limiter(ReplyRateLimiter())
+            .rate_limiter(ReplyRateLimiter(overall_max_rate=self.config.max_messages_per_second))
             # A turn's send waits for a free connection rather than failing after PTB's
             # default 1 s when many chats answer at once (each then retried: slower).
             .pool_timeout(SEND_POOL_TIMEOUT_S)
-            .build()
         )
+        if self.config.mode == "webhook":
+            builder = builder.updater(None)  # updates come from our webhook server
+        else:
+            builder = builder.get_updates_request(SkippingUpdatesRequest(connection_pool_size=1))
+        app = builder.build()
 
         async def on_message(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
             if update.message is not None:
@@ -112,35 +125,46 @@ class TelegramChannel:
         app.add_error_handler(_log_update_error)
         return app
 
-    async def _start_updates(self, app: Application) -> None:  # type: ignore[type-arg]
+    async def _start_polling(self, app: Application) -> None:  # type: ignore[type-arg]
         assert app.updater is not None
-        username = app.bot.username
-        self._warn_privacy_mode(app.bot)
-        if not self.config.webhook_url:
-            await app.updater.start_polling(
-                allowed_updates=[Update.MESSAGE],
-                bootstrap_retries=3,
-                error_callback=_log_polling_error,
-            )
-            logger.info("polling as @%s", username)
-            return
-        await app.updater.start_webhook(
-            listen=self.config.webhook_listen,
-            port=self.config.webhook_port,
-            url_path=urlparse(self.config.webhook_url).path.lstrip("/"),
-            webhook_url=self.config.webhook_url,
-            # Checked by python-telegram-bot on every request (403 without it).
-            secret_token=self.config.webhook_secret or secrets.token_urlsafe(32),
+        await app.updater.start_polling(
             allowed_updates=[Update.MESSAGE],
             bootstrap_retries=3,
+            error_callback=_log_polling_error,
         )
-        logger.info(
-            "webhook for @%s on %s:%d (%s)",
-            username,
-            self.config.webhook_listen,
-            self.config.webhook_port,
-            self.config.webhook_url,
-        )
+        logger.info("polling as @%s", app.bot.username)
+
+    async def _serve_webhook(self, bot: Bot, handler: Handler) -> None:
+        """Serve the webhook path until cancelled. Each instance registers the same URL,
+        secret and update types at start (idempotent; pending updates are kept), and none
+        deletes the webhook on the way out: the other instances still serve it."""
+
+        async def receive(update: Update) -> None:
+            if update.message is not None:
+                await self._receive(update.message, handler)
+
+        webhook = TelegramWebhook(self.config, bot, receive)
+        async with webhook.serving():
+            await self._set_webhook(bot)
+            logger.info("webhook for @%s on %s:%d%s (%s)", bot.username, self.config.listen_host,
+                        self.config.listen_port, self.config.served_path,
+                        self.config.webhook_url)  # fmt: skip
+            await asyncio.Future()  # runs until the platform cancels this channel
+
+    async def _set_webhook(self, bot: Bot) -> None:
+        for delay in (*SET_WEBHOOK_RETRY_S, None):
+            try:
+                await bot.set_webhook(
+                    self.config.webhook_url,
+                    secret_token=self.config.webhook_secret,
+                    allowed_updates=[Update.MESSAGE],
+                )
+                return
+            except NetworkError as exc:
+                if isinstance(exc, BadRequest) or delay is None:
+                    raise
+                logger.warning("setWebhook failed (%s); trying again in %.0f s", exc, delay)
+                await asyncio.sleep(delay)
 
     def _warn_privacy_mode(self, bot: Bot) -> None:
         """Group messages not addressed to the bot are context (and what the reflector learns
@@ -167,14 +191,52 @@ class TelegramChannel:
     # --- inbound ---------------------------------------------------------------------
 
     async def _handle(self, message: Message, handler: Handler) -> None:
-        """One message: access check, translate, hand it to the core (which stores it at
-        once, shows `typing` while its turn runs and sends the reply)."""
+        """One polled message: access check, translate, hand it to the core (which stores it
+        at once, shows `typing` while its turn runs and sends the reply)."""
         inbound = await self.translate(message)
         if inbound is None:
             return
         reply = await handler(inbound)
         if reply is not None:
             await self.send(reply)
+
+    async def _receive(self, message: Message, handler: Handler) -> None:
+        """One message from the webhook: returns once it is stored (raising `NotStored` when
+        it could not be); its turn and reply go on in the background."""
+        inbound = await self.translate(message)
+        if inbound is None:
+            return
+        if isinstance(handler, StoreFirst):
+            try:
+                reply = handler.receive(inbound)
+            except Exception as exc:
+                raise NotStored(f"{type(exc).__name__}: {exc}") from exc
+        else:  # a handler that does not store (tests): the answer is not tied to it
+            reply = self._keep(asyncio.ensure_future(handler(inbound)))
+        reply.add_done_callback(self._send_later)
+
+    def _keep(self, work: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Hold a reference until `work` is done (the loop keeps only weak ones)."""
+        self._background.add(work)
+        work.add_done_callback(self._background.discard)
+        return work
+
+    def _send_later(self, reply: asyncio.Future[Outbound | None]) -> None:
+        """Send a reply the handler returned (the dispatcher sends its own: None here)."""
+        if reply.cancelled():
+            return
+        if reply.exception() is not None:
+            logger.error("a webhook message failed", exc_info=reply.exception())
+            return
+        outbound = reply.result()
+        if outbound is not None:
+            self._keep(asyncio.create_task(self._send_logged(outbound), name="telegram-reply"))
+
+    async def _send_logged(self, message: Outbound) -> None:
+        try:
+            await self.send(message)
+        except Exception:
+            logger.exception("a reply to %s could not be sent", message.chat_id)
 
     async def translate(self, message: Message) -> Inbound | None:
         """The `Inbound` for `message`, or None when it is refused or carries nothing."""

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.events import Channel, ChatKind, Handler, Inbound, Outbound
+from core.events import Channel, ChatKind, Handler, Inbound, Outbound, StoreFirst
 
 __all__ = [
     "Channel",
@@ -27,6 +27,7 @@ __all__ = [
     "Inbound",
     "Outbound",
     "Service",
+    "StoreFirst",
     "Tool",
     "ToolFunction",
     "TurnContext",

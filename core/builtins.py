@@ -17,6 +17,7 @@ from core.compaction import Compactor
 from core.config import Config
 from core.context_report import context_report
 from core.extensions import Extensions
+from core.file_store import FileStore
 from core.forget_me import ForgetMe
 from core.request_plan import RequestPlanner
 from core.store import SessionStore
@@ -47,17 +48,19 @@ class CoreExtension(Extension):
         extensions: Extensions,
         compactor: Compactor,
         planner: RequestPlanner,
+        files: FileStore,
     ) -> None:
         self.config = config
+        self.files = files
         self.store = store
         self.extensions = extensions
         self.compactor = compactor
         self.planner = planner
-        self.data = CoreChatData(config, store)
+        self.data = CoreChatData(config, store, files)
         self.forget_me = ForgetMe(store, extensions)
 
     def tools(self) -> list[Tool]:
-        return [TIME_TOOL, read_tool(self.config)]
+        return [TIME_TOOL, read_tool(self.config, self.files)]
 
     def commands(self) -> list[Command]:
         return [
@@ -103,9 +106,10 @@ class CoreExtension(Extension):
             f"~{result.tokens_after} tokens of history."
         )
         if result.status == "fallback":
+            archive = self.files.location(result.archive_path)
             return (
                 f"{head} Summarising failed ({result.error}); the previous summary is kept and "
-                f"only recent messages are sent. Full transcript archived at {result.archive_path}."
+                f"only recent messages are sent. Full transcript archived at {archive}."
             )
         return f"{head}\n\nSummary:\n{result.summary}"
 

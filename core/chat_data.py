@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from core.api import Chat, ChatDataSection
-from core.chat_files import ARCHIVE_DIR, TOOL_RESULTS_DIR, chat_dir
+from core.chat_files import ARCHIVE_DIR, TOOL_RESULTS_DIR, chat_prefix
 from core.clock import now_iso
 from core.config import Config
 from core.extensions import Extensions
+from core.file_store import FileStore
 from core.store import SessionStore, StoredMessage
 
 logger = logging.getLogger(__name__)
@@ -142,26 +141,21 @@ def message_markdown(message: StoredMessage) -> str:
     return "\n".join(lines)
 
 
-def files_under(directory: Path) -> list[Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(path for path in directory.rglob("*") if path.is_file())
-
-
 @dataclass(frozen=True)
 class CoreChatData:
     """The core's part of a chat's data (the built-ins' extension hooks call this)."""
 
     config: Config
     store: SessionStore
+    files: FileStore
 
     def counts(self, chat: Chat) -> dict[str, int]:
-        directory = chat_dir(self.config, chat)
+        prefix = chat_prefix(chat)
         return {
             MESSAGES: self.store.count_messages(chat.id),
             SUMMARY: int(bool(self.store.session(chat.id).summary)),
-            ARCHIVES: len(files_under(directory / ARCHIVE_DIR)),
-            TOOL_RESULTS: len(files_under(directory / TOOL_RESULTS_DIR)),
+            ARCHIVES: len(self.files.list(f"{prefix}/{ARCHIVE_DIR}")),
+            TOOL_RESULTS: len(self.files.list(f"{prefix}/{TOOL_RESULTS_DIR}")),
         }
 
     def export(self, chat: Chat) -> list[ChatDataSection]:
@@ -178,13 +172,10 @@ class CoreChatData:
         summary = self.store.session(chat.id).summary
         if summary:
             sections.append(ChatDataSection("summary", "Summary", [{"text": summary}], summary))
-        directory = chat_dir(self.config, chat)
+        prefix = chat_prefix(chat)
         stored = [
-            {
-                "path": str(path.relative_to(directory)),
-                "content": path.read_text("utf-8", "replace"),
-            }
-            for path in files_under(directory / TOOL_RESULTS_DIR)
+            {"path": path.removeprefix(f"{prefix}/"), "content": self.files.read_text(path) or ""}
+            for path in self.files.list(f"{prefix}/{TOOL_RESULTS_DIR}")
         ]
         if stored:
             text = "\n\n".join(
@@ -194,19 +185,9 @@ class CoreChatData:
         return sections
 
     def forget(self, chat: Chat) -> dict[str, int]:
-        """The messages, session, compactions and the chat row, then the chat's directory
-        (archives, tool results, anything left in it)."""
+        """The messages, session, compactions and the chat row, then the chat's files
+        (archives, tool results, anything left under its directory)."""
         counts = self.counts(chat)
         counts[MESSAGES] = self.store.delete_chat(chat.id)
-        remove_chat_dir(self.config, chat)
+        self.files.delete_tree(chat_prefix(chat))
         return counts
-
-
-def remove_chat_dir(config: Config, chat: Chat) -> None:
-    """Delete the chat's own directory under the data dir, whatever is left in it."""
-    directory = chat_dir(config, chat)
-    if not directory.exists():
-        return
-    if config.storage.data_dir.resolve() not in directory.resolve().parents:
-        raise AssertionError(f"{directory} is not under the data dir")  # safe_path_part's promise
-    shutil.rmtree(directory)

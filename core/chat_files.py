@@ -1,4 +1,5 @@
-"""Where a chat's files live: data/<channel>/<safe chat id>/ (tool results, compaction archive)."""
+"""Where a chat's files live: <channel>/<safe chat id>/ (tool results, compaction archive),
+under the data dir on SQLite, in `stored_files` on PostgreSQL (`core.file_store`)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def safe_path_part(text: str) -> str:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
         encoded = f"{encoded[:48]}~{digest}"
     return encoded
+
+
+def chat_prefix(chat: Chat) -> str:
+    """The chat's own directory as a `FileStore` names it: `telegram/42`."""
+    return f"{safe_path_part(chat.channel)}/{safe_path_part(chat.external_chat_id)}"
 
 
 def chat_dir(config: Config, chat: Chat) -> Path:

@@ -5,10 +5,10 @@ so a tool call is never separated from its result), no more than leaves the requ
 half the trigger (hysteresis: the next compaction is many turns away, not one), summarises
 the older part into the session summary (incrementally; asked as the continuation of the
 chat's own request when it fits, so a caching server evaluates only the instruction),
-lets the extensions save what they learn from it (`before`), archives it as Markdown under
-the chat's data dir and marks its messages with the compaction id. If summarising fails
-the previous summary is kept and only the recent messages are sent from then on (logged,
-status `fallback`).
+lets the extensions save what they learn from it (`before`), archives it as Markdown
+among the chat's files (`core.file_store`) and marks its messages with the compaction id.
+If summarising fails the previous summary is kept and only the recent messages are sent
+from then on (logged, status `fallback`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from core.api import Chat, TurnContext
 from core.calibration import estimator_for
-from core.chat_files import ARCHIVE_DIR, chat_dir
+from core.chat_files import ARCHIVE_DIR, chat_prefix
 from core.clock import utc_now
 from core.config import Config
 from core.context import with_context
+from core.file_store import FileStore
 from core.llm import LLM
 from core.model_profile import effective_window, window_for
 from core.store import CompactionRecord, SessionStore, StoredMessage
@@ -148,12 +148,11 @@ def archive_markdown(chat: Chat, old: Sequence[StoredMessage], trigger: str, sta
     return "\n".join(lines) + "\n"
 
 
-def write_archive(config: Config, chat: Chat, old: Sequence[StoredMessage], text: str) -> Path:
-    directory = chat_dir(config, chat) / ARCHIVE_DIR
-    directory.mkdir(parents=True, exist_ok=True)
+def write_archive(files: FileStore, chat: Chat, old: Sequence[StoredMessage], text: str) -> str:
+    """Store the archive among the chat's files; its path as the `FileStore` names it."""
     stamp = utc_now().strftime("%Y%m%dT%H%M%S")
-    path = directory / f"{stamp}-messages-{old[0].id}-{old[-1].id}.md"
-    path.write_text(text, encoding="utf-8")
+    path = f"{chat_prefix(chat)}/{ARCHIVE_DIR}/{stamp}-messages-{old[0].id}-{old[-1].id}.md"
+    files.write_text(path, text)
     return path
 
 
@@ -174,6 +173,7 @@ class Compactor:
     config: Config
     store: SessionStore
     llm: LLM
+    files: FileStore
     before: Callable[[TurnContext], Awaitable[None]] = _nothing_to_flush
     overhead: int = 0
 
@@ -239,17 +239,17 @@ class Compactor:
                 chat.key,
                 outcome.error,
             )
-        archive = write_archive(config, chat, old, archive_markdown(chat, old, trigger, status))
+        archive = write_archive(self.files, chat, old, archive_markdown(chat, old, trigger, status))
         summary = outcome.summary or previous
         after = session_tokens(summary, recent, estimator)
         record = CompactionRecord(
             trigger, status, old[0].id, old[-1].id, len(old), before, after, outcome.calls,
-            str(archive), outcome.summary, outcome.error,
+            archive, outcome.summary, outcome.error,
         )  # fmt: skip
         compaction_id = store.record_compaction(chat.id, record)
         logger.info("compacted %d messages of %s (%s, %s): %d -> %d tokens",
                     len(old), chat.key, trigger, status, before, after)  # fmt: skip
         return CompactionResult(
-            compaction_id, trigger, status, len(old), before, after, summary, str(archive),
+            compaction_id, trigger, status, len(old), before, after, summary, archive,
             outcome.error,
         )  # fmt: skip

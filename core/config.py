@@ -10,8 +10,17 @@ import os
 import tomllib
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlparse
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from core.errors import ConfigError
 
@@ -21,6 +30,11 @@ ENV_OVERRIDES = {
     "TELEGRAM_BOT_TOKEN": ("telegram", "token"),
     "DISCORD_BOT_TOKEN": ("discord", "token"),
     "MNEMO_STORAGE_URL": ("storage", "url"),
+    "MNEMO_TELEGRAM_WEBHOOK_SECRET": ("telegram", "webhook_secret"),
+    # Not secrets, but what differs between the containers of one image (compose.yaml).
+    "MNEMO_TELEGRAM_MODE": ("telegram", "mode"),
+    "MNEMO_TELEGRAM_WEBHOOK_URL": ("telegram", "webhook_url"),
+    "MNEMO_WEB_TOKEN": ("web", "token"),
 }
 
 
@@ -125,6 +139,9 @@ class TerminalConfig(Section):
     chat_id: str = "local"
 
 
+RENAMED_TELEGRAM_KEYS = {"webhook_listen": "listen_host", "webhook_port": "listen_port"}
+
+
 class TelegramConfig(Section):
     enabled: bool = True
     token: str = ""
@@ -134,11 +151,58 @@ class TelegramConfig(Section):
     allowed_chat_ids: list[int] = Field(default_factory=list)
     reply_in_groups: Literal["mention", "all"] = "mention"
     allowed_users_in_groups: bool = True  # allowed_user_ids also decides who is answered in groups
-    webhook_url: str = ""
-    webhook_listen: str = "127.0.0.1"
-    webhook_port: int = Field(default=8443, gt=0, lt=65536)
-    # Telegram allows 1-256 of A-Z a-z 0-9 _ - ; empty: a random one per start.
-    webhook_secret: str = Field(default="", pattern=r"^[A-Za-z0-9_-]{0,256}$")
+    # One poller per token, or any number of `mnemo run` behind a load balancer (webhook).
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_url: str = Field(default="", validate_default=True)  # what Telegram posts to
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=8443, gt=0, lt=65536)
+    webhook_path: str = ""  # the local path served; "": the path of webhook_url
+    # Telegram allows 1-256 of A-Z a-z 0-9 _ - ; every instance of one bot shares it.
+    webhook_secret: str = Field(
+        default="", pattern=r"^[A-Za-z0-9_-]{0,256}$", validate_default=True
+    )
+    # What this process sends at most per second (Telegram allows a bot about 30; paid
+    # broadcasts up to 1000). N processes of one bot: give each its share (30 / N).
+    max_messages_per_second: float = Field(default=30.0, gt=0, le=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, raw: object) -> object:
+        """Keys of the single-process webhook, renamed: say so rather than 'extra input'."""
+        if isinstance(raw, dict):
+            for old, new in RENAMED_TELEGRAM_KEYS.items():
+                if old in raw:
+                    raise ValueError(f"{old} is now {new}")
+        return raw
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url_with_mode(cls, url: str, info: ValidationInfo) -> str:
+        """A URL with polling was the old way to ask for a webhook: never ignore it quietly."""
+        mode = info.data.get("mode")
+        if mode == "webhook" and not url.startswith(("https://", "http://")):
+            raise ValueError('mode = "webhook" needs the public https:// URL Telegram posts to')
+        if mode == "polling" and url:
+            raise ValueError('is set but mode = "polling": set mode = "webhook" (or remove it)')
+        return url
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _secret_with_webhook(cls, secret: str, info: ValidationInfo) -> str:
+        """Every instance behind the load balancer must check the same secret, so it is
+        configured (MNEMO_TELEGRAM_WEBHOOK_SECRET), never made up at start."""
+        if info.data.get("mode") == "webhook" and not secret:
+            raise ValueError(
+                'mode = "webhook" needs a secret (or MNEMO_TELEGRAM_WEBHOOK_SECRET), the same'
+                " for every instance"
+            )
+        return secret
+
+    @property
+    def served_path(self) -> str:
+        """The path the webhook server answers on: `webhook_path`, else webhook_url's path."""
+        path = self.webhook_path or urlparse(self.webhook_url).path
+        return "/" + path.lstrip("/")
 
 
 class DiscordConfig(Section):
@@ -149,6 +213,32 @@ class DiscordConfig(Section):
     allowed_user_ids: list[int] = Field(default_factory=list)
     reply_in_guilds: Literal["mention", "all"] = "mention"
     command_prefix: str = "!"
+    # Sharding across processes: each runs `shard_ids` of `shard_count` (unset: one process,
+    # no sharding). Discord sends DMs to shard 0 only.
+    shard_count: int | None = Field(default=None, ge=1)
+    shard_ids: list[int] = Field(default_factory=list)
+
+    @field_validator("shard_ids")
+    @classmethod
+    def _shards_of_count(cls, ids: list[int], info: ValidationInfo) -> list[int]:
+        count = info.data.get("shard_count")
+        if ids and count is None:
+            raise ValueError("needs shard_count (the total over every process)")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{ids} names a shard twice")
+        outside = [shard for shard in ids if not 0 <= shard < (count or 0)]
+        if outside:
+            raise ValueError(f"{outside} not in 0..{(count or 1) - 1} (shard_count = {count})")
+        return ids
+
+
+class WebConfig(Section):
+    """The operator's dashboard (`mnemo web`, or inside `mnemo run` when enabled)."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, gt=0, lt=65536)
+    token: str = ""  # empty: a random one per start, printed then
 
 
 class LoggingConfig(Section):
@@ -165,6 +255,7 @@ class Config(Section):
     terminal: TerminalConfig = Field(default_factory=TerminalConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 

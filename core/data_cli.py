@@ -13,6 +13,16 @@ from core.cli import Runtime, current_config, current_source
 from core.errors import InputError
 
 CHAT_HELP = "CHAT is channel:chat_id (e.g. telegram:42) or the chat's number."
+PG_BACKUP = (
+    "mnemo backup and restore copy the SQLite file; [storage] url is PostgreSQL:"
+    " use pg_dump and pg_restore"
+)
+
+
+def sqlite_only() -> None:
+    """Stop with one line on PostgreSQL, where the server's own tools back up."""
+    if current_config().storage.engine == "postgresql":
+        raise click.ClickException(PG_BACKUP)
 
 
 def chat_group(cli: click.Group) -> click.Group:
@@ -94,6 +104,7 @@ def backup_command(path: Path, force: bool) -> None:
     check the copy. PATH may be a directory (the copy is named mnemo-<time>.db)."""
     from core.backup_store import backup_database
 
+    sqlite_only()
     try:
         report = backup_database(current_config().storage.database_path, path, overwrite=force)
     except InputError as exc:
@@ -110,6 +121,7 @@ def restore_command(path: Path, yes: bool) -> None:
     database another process has open is refused. The replaced one is kept beside it."""
     from core.backup_store import restore_database
 
+    sqlite_only()
     database = current_config().storage.database_path
     if not yes:
         click.confirm(f"Replace {database} with {path}?", abort=True)

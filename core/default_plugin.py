@@ -17,6 +17,7 @@ def register_commands(cli: click.Group) -> None:
     from core.bench.chaos import bench_chaos
     from core.bench.kv import bench_kv
     from core.bench.longrun import bench_longrun
+    from core.bench.scale import bench_scale
     from core.bench.startup import bench_startup
     from core.cli import bench_group, inspect_command
     from core.data_cli import (
@@ -36,9 +37,12 @@ def register_commands(cli: click.Group) -> None:
     bench_group(cli).add_command(bench_startup)
     bench_group(cli).add_command(bench_kv)
     bench_group(cli).add_command(bench_chaos)
+    bench_group(cli).add_command(bench_scale)
 
 
 def extension(host: Host) -> Extension:
     from core.builtins import CoreExtension
 
-    return CoreExtension(host.config, host.store, host.extensions, host.compactor, host.planner)
+    return CoreExtension(
+        host.config, host.store, host.extensions, host.compactor, host.planner, host.files
+    )

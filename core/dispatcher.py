@@ -106,23 +106,30 @@ class Dispatcher:
         it), when no reply is due, for a replay, or at shutdown (the message stays stored
         and is answered at the next start)."""
         try:
-            message = self._agent.accept(inbound)
+            reply = self.receive(inbound)
         except Exception as exc:
             logger.exception("could not store a message in %s:%s", inbound.channel, inbound.chat_id)
             return await self._not_stored(inbound, exc)
+        return await reply
+
+    def receive(self, inbound: Inbound) -> asyncio.Future[Outbound | None]:
+        """Store `inbound` now and queue it for its chat's turn; the future gives what
+        `__call__` returns. Raises when the message could not be stored: a webhook then
+        answers with an error, so the platform sends the update again."""
+        done: asyncio.Future[Outbound | None] = asyncio.get_running_loop().create_future()
+        message = self._agent.accept(inbound)
         if message is None:
             logger.info("ignoring message %s in %s:%s: already received (a replayed update)",
                         inbound.message_id, inbound.channel, inbound.chat_id)  # fmt: skip
-            return None
+            done.set_result(None)
+            return done
         if self._stopping:
-            return None
-        reply: asyncio.Future[Outbound | None] = asyncio.get_running_loop().create_future()
-        self._waiters[message.id] = _Waiter(message.chat.id, reply)
+            done.set_result(None)
+            return done
+        self._waiters[message.id] = _Waiter(message.chat.id, done)
+        done.add_done_callback(lambda _: self._waiters.pop(message.id, None))
         self._wake(message.chat.id)
-        try:
-            return await reply
-        finally:
-            self._waiters.pop(message.id, None)
+        return done
 
     def resume(self) -> list[int]:
         """Take turns (again), starting with the chats of attached channels that have

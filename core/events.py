@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 ChatKind = Literal["private", "group", "channel", "thread"]
 
@@ -46,6 +47,16 @@ class Outbound:
 
 
 Handler = Callable[[Inbound], Awaitable[Outbound | None]]
+
+
+@runtime_checkable
+class StoreFirst(Protocol):
+    """A handler that can say when a message is stored (the core's `Dispatcher`): a webhook
+    answers the platform only then, so an update lost before it was stored is sent again."""
+
+    def receive(self, inbound: Inbound) -> asyncio.Future[Outbound | None]:
+        """Store `inbound` (raising when it cannot be); the future gives the reply."""
+        ...
 
 
 class Channel(Protocol):

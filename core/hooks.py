@@ -20,6 +20,7 @@ from core.api import Extension
 from core.compaction import Compactor
 from core.config import Config
 from core.extensions import Extensions
+from core.file_store import FileStore
 from core.llm import LLM
 from core.request_plan import RequestPlanner
 from core.storage import Storage
@@ -40,6 +41,8 @@ class Host:
     extensions: Extensions
     compactor: Compactor
     planner: RequestPlanner
+    # The chats' files (AGENTS.md, tool results, archives): the data dir or `stored_files`.
+    files: FileStore
 
 
 class Plugin(Protocol):

@@ -13,15 +13,17 @@ and its reply) writes through the same connection and commits together or not at
 nested use joins the outer one. Outside a transaction, `with db.connection() as conn:`
 borrows a connection for one statement or a few reads, committed when it returns.
 
-A connection that died (server restart, network cut) is found by the pool's check before
-it is handed out and replaced; a statement outside a transaction that still meets a dead
-connection is retried once on a fresh one (`db.read`, `db.write`). Inside a transaction
-the error propagates and the whole transaction is rolled back.
+A connection that sat idle for a few seconds is checked before it is lent (a dead one,
+after a server restart or a network cut, is replaced); a statement outside a transaction
+that still meets a dead connection is retried once on a fresh one (`db.read`,
+`db.write`). Inside a transaction the error propagates and it is rolled back whole.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 # SQLSTATE classes: 53100 disk_full, 53200 out_of_memory, 08* connection exceptions.
 DISK_FULL = "53100"
 MIGRATION_LOCK = 0x6D6E656D6F  # "mnemo": one process migrates at a time
+IDLE_CHECK_S = 5.0  # a connection idle longer is checked before it is lent
 
 _warned_no_vector = False
 
@@ -79,6 +82,7 @@ class PgDatabase:
         except ImportError as exc:  # pragma: no cover - both are dependencies
             raise StorageError(f"PostgreSQL needs psycopg and psycopg-pool: {exc}") from exc
         self.url = url
+        self._idle_since: dict[int, float] = {}
         self._current: ContextVar[psycopg.Connection[Any] | None] = ContextVar(
             f"mnemo_pg_{id(self)}", default=None
         )
@@ -87,7 +91,8 @@ class PgDatabase:
             min_size=1,
             max_size=pool_size,
             open=False,
-            check=ConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._returned,
             kwargs={"autocommit": False, "connect_timeout": 10},
             name="mnemo",
             timeout=30,
@@ -101,6 +106,23 @@ class PgDatabase:
         self.info = self._inspect()
         if migrate:
             self.migrate()
+
+    # -- the pool's callbacks ---------------------------------------------------------
+
+    def _returned(self, conn: Any) -> None:
+        self._idle_since[id(conn)] = time.monotonic()
+
+    def _check_if_idle(self, conn: Any) -> None:
+        """Check a connection before lending it (a round trip) only if it sat idle for a
+        while or the server has said something on it since (a terminated backend sends its
+        FATAL notice and closes the socket: readable, seen without a round trip), so a busy
+        bot skips the round trip per borrow and still never gets a dead connection."""
+        from psycopg_pool import ConnectionPool
+
+        idle = time.monotonic() - self._idle_since.get(id(conn), 0.0)
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        if idle > IDLE_CHECK_S or readable:
+            ConnectionPool.check_connection(conn)
 
     # -- units of work ------------------------------------------------------------
 
@@ -148,6 +170,8 @@ class PgDatabase:
         return int(self._retrying(lambda conn: conn.execute(sql, params).rowcount))
 
     def _retrying(self, work: Any) -> Any:
+        """One statement: in the open transaction, else on a borrowed connection in
+        autocommit (no BEGIN/COMMIT round trips), retried once on a fresh connection."""
         import psycopg
 
         if self.in_transaction():
@@ -155,8 +179,13 @@ class PgDatabase:
                 return work(conn)
         for attempt in (1, 2):
             try:
-                with self.connection() as conn:
-                    return work(conn)
+                with _translated(), self.pool.connection() as conn:
+                    conn.autocommit = True
+                    try:
+                        return work(conn)
+                    finally:
+                        if not conn.closed:
+                            conn.autocommit = False
             except StorageError as exc:
                 if attempt == 2 or not isinstance(exc.__cause__, psycopg.OperationalError):
                     raise

@@ -6,12 +6,12 @@ expired lease (its process died) can be taken over.
 
 from __future__ import annotations
 
-from typing import Any
-
 from core.api import Chat, Inbound, Outbound
 from core.db import Connection, IntegrityError, transaction
 from core.errors import LeaseLost
 from core.store import DeliveryTotals, StoredInbound, StoredReply, TurnLease
+from core.store import inbound_from_row as _stored_inbound
+from core.store import reply_from_row as _stored_reply
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 _INBOX_COLUMNS = (
@@ -19,28 +19,6 @@ _INBOX_COLUMNS = (
     " i.message_id, c.id, c.channel, c.external_chat_id, c.title, c.kind, i.sender_is_admin"
 )
 _OUTBOX_COLUMNS = "o.id, c.channel, c.external_chat_id, o.text, o.reply_to, o.is_error, o.attempts"
-
-
-def _stored_inbound(row: tuple[Any, ...]) -> StoredInbound:
-    chat = Chat(row[7], row[8], row[9], row[10] or "", row[11])
-    inbound = Inbound(
-        channel=chat.channel,
-        chat_id=chat.external_chat_id,
-        text=row[4],
-        sender_id=row[2],
-        sender_name=row[3],
-        chat_kind=chat.kind,  # type: ignore[arg-type]  # stored from an Inbound's chat_kind
-        chat_title=chat.title,
-        respond=bool(row[5]),
-        message_id=row[1] or "",
-        sender_is_admin=bool(row[12]),
-    )
-    return StoredInbound(row[0], chat, inbound, row[6] or 0)
-
-
-def _stored_reply(row: tuple[Any, ...]) -> StoredReply:
-    outbound = Outbound(row[1], row[2], row[3], reply_to=row[4], is_error=bool(row[5]))
-    return StoredReply(row[0], outbound, row[6])
 
 
 class SqliteDeliveryStore:

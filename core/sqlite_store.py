@@ -9,7 +9,16 @@ from typing import Any
 from core.api import Chat
 from core.db import Connection, transaction
 from core.model_profile import ModelProfile
-from core.store import CompactionRecord, NewMessage, Session, StoredMessage
+from core.store import (
+    COMPACTION_COLUMNS,
+    CompactionRecord,
+    NewMessage,
+    Session,
+    StoredMessage,
+    compaction_from_row,
+)
+from core.store import chat_from_row as _chat
+from core.store import message_from_row as _message
 from core.tokens import Calibration, estimate_tokens
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
@@ -18,25 +27,6 @@ _MESSAGE_COLUMNS = (
     "id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at, token_estimate,"
     " context"
 )
-
-
-def _chat(row: tuple[Any, ...]) -> Chat:
-    return Chat(row[0], row[1], row[2], row[3] or "", row[4])
-
-
-def _message(row: tuple[Any, ...]) -> StoredMessage:
-    return StoredMessage(
-        id=row[0],
-        chat_id=row[1],
-        role=row[2],
-        sender=row[3] or "",
-        content=row[4] or "",
-        tool_calls=json.loads(row[5]) if row[5] else None,
-        tool_call_id=row[6],
-        created_at=row[7],
-        token_estimate=row[8],
-        context=row[9],
-    )
 
 
 class SqliteSessionStore:
@@ -209,6 +199,13 @@ class SqliteSessionStore:
             (chat_id,),
         ).fetchone()
         return int(count), int(saved)
+
+    def compactions(self, chat_id: int) -> list[CompactionRecord]:
+        rows = self.conn.execute(
+            f"SELECT {COMPACTION_COLUMNS} FROM compactions WHERE chat_id = ? ORDER BY id",
+            (chat_id,),
+        ).fetchall()
+        return [compaction_from_row(row) for row in rows]
 
     def archive_paths(self) -> list[str]:
         rows = self.conn.execute("SELECT archive_path FROM compactions ORDER BY id")

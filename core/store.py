@@ -1,11 +1,14 @@
 """The core's storage interface: chats, their messages, sessions, compactions, LLM usage.
 
 `SessionStore` is the one door the core uses; `core.sqlite_store.SqliteSessionStore` is
-the SQLite implementation. Records here are plain frozen dataclasses.
+the SQLite implementation, `core.pg_store.PgSessionStore` the PostgreSQL one (the delivery
+store likewise). Records here are plain frozen dataclasses, built from rows of the same
+columns on both engines by the `*_from_row` functions at the end.
 """
 
 from __future__ import annotations
 
+import json
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -27,6 +30,11 @@ __all__ = [
     "StoredMessage",
     "StoredReply",
     "TurnLease",
+    "chat_from_row",
+    "compaction_from_row",
+    "inbound_from_row",
+    "message_from_row",
+    "reply_from_row",
 ]
 
 
@@ -157,6 +165,10 @@ class SessionStore(Protocol):
 
     def compaction_totals(self, chat_id: int) -> tuple[int, int]:
         """(compactions so far, estimated tokens saved by them) for the chat."""
+        ...
+
+    def compactions(self, chat_id: int) -> list[CompactionRecord]:
+        """The chat's compactions, oldest first (`summary`: None, it lives in the session)."""
         ...
 
     def archive_paths(self) -> list[str]:
@@ -295,3 +307,77 @@ class DeliveryStore(Protocol):
         ...
 
     def release_turn(self, lease: TurnLease) -> None: ...
+
+
+# -- rows as records: the same columns on both engines (core/sqlite_*store.py, core/pg_*store.py)
+
+
+def chat_from_row(row: tuple[Any, ...]) -> Chat:
+    """(id, channel, external_chat_id, title, kind)"""
+    return Chat(row[0], row[1], row[2], row[3] or "", row[4])
+
+
+def message_from_row(row: tuple[Any, ...]) -> StoredMessage:
+    """(id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at,
+    token_estimate, context)"""
+    return StoredMessage(
+        id=row[0],
+        chat_id=row[1],
+        role=row[2],
+        sender=row[3] or "",
+        content=row[4] or "",
+        tool_calls=json.loads(row[5]) if row[5] else None,
+        tool_call_id=row[6],
+        created_at=row[7],
+        token_estimate=row[8],
+        context=row[9],
+    )
+
+
+def inbound_from_row(row: tuple[Any, ...]) -> StoredInbound:
+    """(inbox id, platform_message_id, sender_id, sender_name, text, respond, message_id,
+    chat id, channel, external_chat_id, title, kind, sender_is_admin)"""
+    chat = Chat(row[7], row[8], row[9], row[10] or "", row[11])
+    inbound = Inbound(
+        channel=chat.channel,
+        chat_id=chat.external_chat_id,
+        text=row[4],
+        sender_id=row[2],
+        sender_name=row[3],
+        chat_kind=chat.kind,  # type: ignore[arg-type]  # stored from an Inbound's chat_kind
+        chat_title=chat.title,
+        respond=bool(row[5]),
+        message_id=row[1] or "",
+        sender_is_admin=bool(row[12]),
+    )
+    return StoredInbound(row[0], chat, inbound, row[6] or 0)
+
+
+COMPACTION_COLUMNS = (
+    "trigger, status, first_message_id, last_message_id, messages_compacted, tokens_before,"
+    " tokens_after, summary_calls, archive_path, error"
+)
+
+
+def compaction_from_row(row: tuple[Any, ...]) -> CompactionRecord:
+    """(trigger, status, first_message_id, last_message_id, messages_compacted,
+    tokens_before, tokens_after, summary_calls, archive_path, error)"""
+    return CompactionRecord(
+        trigger=row[0],
+        status=row[1],
+        first_message_id=row[2],
+        last_message_id=row[3],
+        messages_compacted=row[4],
+        tokens_before=row[5],
+        tokens_after=row[6],
+        summary_calls=row[7],
+        archive_path=row[8],
+        summary=None,
+        error=row[9],
+    )
+
+
+def reply_from_row(row: tuple[Any, ...]) -> StoredReply:
+    """(outbox id, channel, external_chat_id, text, reply_to, is_error, attempts)"""
+    outbound = Outbound(row[1], row[2], row[3], reply_to=row[4], is_error=bool(row[5]))
+    return StoredReply(row[0], outbound, row[6])

@@ -14,7 +14,7 @@ def session_store(storage: Storage) -> SessionStore:
     if storage.postgres is not None:
         from core.pg_store import PgSessionStore
 
-        return PgSessionStore(storage.postgres)  # type: ignore[return-value]
+        return PgSessionStore(storage.postgres)
     from core.sqlite_store import SqliteSessionStore
 
     return SqliteSessionStore(storage.sqlite_conn)
@@ -24,7 +24,7 @@ def delivery_store(storage: Storage) -> DeliveryStore:
     if storage.postgres is not None:
         from core.pg_delivery_store import PgDeliveryStore
 
-        return PgDeliveryStore(storage.postgres)  # type: ignore[return-value]
+        return PgDeliveryStore(storage.postgres)
     from core.sqlite_delivery_store import SqliteDeliveryStore
 
     return SqliteDeliveryStore(storage.sqlite_conn)

@@ -1,4 +1,4 @@
-"""Big tool results: stored in full under the chat's data dir, excerpted in history.
+"""Big tool results: stored in full as the chat's files (`core.file_store`), excerpted in history.
 
 The excerpt names the file, and the `read_tool_result` tool lets the model read it back.
 """
@@ -9,10 +9,11 @@ import logging
 from typing import Any
 
 from core.api import Chat, Tool, TurnContext
-from core.chat_files import TOOL_RESULTS_DIR, chat_dir, safe_path_part
+from core.chat_files import TOOL_RESULTS_DIR, chat_prefix, safe_path_part
 from core.clock import utc_now
 from core.config import Config
-from core.errors import ToolError
+from core.errors import InputError, StorageError, ToolError
+from core.file_store import FileStore, clean_path
 from core.text import clip_middle
 
 logger = logging.getLogger(__name__)
@@ -26,17 +27,18 @@ def excerpt_chars(config: Config) -> int:
     return max(400, config.context.tool_result_max_chars // 4)
 
 
-def keep_tool_result(config: Config, chat: Chat, call_id: str, name: str, result: str) -> str:
+def keep_tool_result(
+    config: Config, files: FileStore, chat: Chat, call_id: str, name: str, result: str
+) -> str:
     """`result` itself when small; else store it as a file and return an excerpt naming it."""
     if len(result) <= config.context.tool_result_max_chars or name == READ_TOOL_NAME:
         return result
     stamp = utc_now().strftime("%Y%m%dT%H%M%S%f")
     relative = f"{TOOL_RESULTS_DIR}/{stamp}-{safe_path_part(name)}-{safe_path_part(call_id)}.txt"
-    path = chat_dir(config, chat) / relative
+    path = f"{chat_prefix(chat)}/{relative}"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(result, encoding="utf-8")
-    except OSError:
+        files.write_text(path, result)
+    except (OSError, StorageError):
         logger.exception("could not store a %d-char result of %s at %s", len(result), name, path)
         note = f"[tool result of {len(result)} chars, excerpted; storing it in full failed]"
         return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
@@ -47,7 +49,7 @@ def keep_tool_result(config: Config, chat: Chat, call_id: str, name: str, result
     return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
 
 
-def read_stored_result(config: Config, chat: Chat, args: dict[str, Any]) -> str:
+def read_stored_result(config: Config, files: FileStore, chat: Chat, args: dict[str, Any]) -> str:
     """Part of a stored tool result of this chat (`path`, `offset`, `length`)."""
     relative = str(args.get("path") or "").strip()
     try:
@@ -56,22 +58,24 @@ def read_stored_result(config: Config, chat: Chat, args: dict[str, Any]) -> str:
     except (TypeError, ValueError) as exc:
         raise ToolError("offset and length must be integers") from exc
     length = max(1, min(length, config.context.tool_result_max_chars - 200))
-    base = (chat_dir(config, chat) / TOOL_RESULTS_DIR).resolve()
-    target = (chat_dir(config, chat) / relative).resolve()
-    if not relative or base not in target.parents:
+    try:
+        inside = clean_path(relative).startswith(f"{TOOL_RESULTS_DIR}/")
+    except InputError:
+        inside = False
+    if not inside:
         raise ToolError(f"path must be a file under {TOOL_RESULTS_DIR}/ as named in the excerpt")
-    if not target.is_file():
+    text = files.read_text(f"{chat_prefix(chat)}/{clean_path(relative)}")
+    if text is None:
         raise ToolError(f"no stored tool result at {relative}")
-    text = target.read_text(encoding="utf-8")
     chunk = text[offset : offset + length]
     return f"[{relative}: chars {offset}-{offset + len(chunk)} of {len(text)}]\n{chunk}"
 
 
-def read_tool(config: Config) -> Tool:
+def read_tool(config: Config, files: FileStore) -> Tool:
     """The `read_tool_result` tool for the chats of this config."""
 
     async def read_tool_result(turn: TurnContext, args: dict[str, Any]) -> str:
-        return read_stored_result(config, turn.chat, args)
+        return read_stored_result(config, files, turn.chat, args)
 
     return Tool(
         READ_TOOL_NAME,

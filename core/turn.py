@@ -26,6 +26,7 @@ from core.errors import (
     ToolsUnsupported,
 )
 from core.extensions import Extensions
+from core.file_store import FileStore
 from core.llm import LLM, Completion, ToolCall
 from core.loop_guard import RepeatGuard
 from core.model_profile import learn, load_profile
@@ -71,6 +72,7 @@ class Agent:
     planner: RequestPlanner
     compactor: Compactor
     deliveries: DeliveryStore
+    files: FileStore
 
     def accept(self, inbound: Inbound) -> StoredInbound | None:
         """Store an arriving message before it waits for its chat's turn; None when the
@@ -199,7 +201,9 @@ class Agent:
         ]
         for call in calls:
             result = await self.extensions.tools.execute(call.name, call.arguments, turn)
-            result = keep_tool_result(self.config, turn.chat, call.id, call.name, result)
+            result = keep_tool_result(
+                self.config, self.files, turn.chat, call.id, call.name, result
+            )
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
         return messages
 

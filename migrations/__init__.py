@@ -25,7 +25,7 @@ class Migration:
     number: int
     name: str
     apply: Callable[[Any], None]
-    apply_postgresql: Callable[[Any], None] | None
+    apply_postgresql: Callable[[Any], None] | None = None
 
 
 def all_migrations() -> list[Migration]:

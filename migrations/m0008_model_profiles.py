@@ -16,3 +16,17 @@ STATEMENTS = [
 def apply(conn: Any) -> None:
     for statement in STATEMENTS:
         conn.execute(statement)
+
+
+POSTGRESQL = [
+    """CREATE TABLE model_profiles (
+        model TEXT PRIMARY KEY,
+        facts TEXT NOT NULL DEFAULT '{}',
+        updated_at TEXT NOT NULL DEFAULT mnemo_now()
+    )""",
+]
+
+
+def apply_postgresql(conn: Any) -> None:
+    for statement in POSTGRESQL:
+        conn.execute(statement)

@@ -17,3 +17,9 @@ STATEMENTS = [
 def apply(conn: Any) -> None:
     for statement in STATEMENTS:
         conn.execute(statement)
+
+
+def apply_postgresql(conn: Any) -> None:
+    """The same statements: PostgreSQL's ALTER TABLE … ADD COLUMN takes them as they are."""
+    for statement in STATEMENTS:
+        conn.execute(statement)

@@ -15,3 +15,8 @@ STATEMENTS = [
 def apply(conn: Any) -> None:
     for statement in STATEMENTS:
         conn.execute(statement)
+
+
+def apply_postgresql(conn: Any) -> None:
+    for statement in STATEMENTS:  # the same statement: plain SQL both engines speak
+        conn.execute(statement)

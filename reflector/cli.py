@@ -23,19 +23,17 @@ if TYPE_CHECKING:
 
 @contextmanager
 def open_reflector(config: Config) -> Iterator[Reflector]:
-    """A Reflector on its own connection to the configured database."""
-    from core.db import connect
+    """A Reflector on its own connection (SQLite) or pool (PostgreSQL) to the configured
+    database."""
     from core.llm import OpenAILLM
-    from memory.strategies.sqlite_store import SqliteStrategyStore
-    from reflector.playbook import default_contributors
-    from reflector.reflection import sqlite_reflector
+    from core.storage import open_storage
+    from reflector.stores import build_reflector
 
-    conn = connect(config.storage.database_path)
+    storage = open_storage(config.storage)
     try:
-        contributors = default_contributors(SqliteStrategyStore(conn))
-        yield sqlite_reflector(config, conn, OpenAILLM(config.llm), contributors=contributors)
+        yield build_reflector(config, storage, OpenAILLM(config.llm))
     finally:
-        conn.close()
+        storage.close()
 
 
 @click.command("reflect")
@@ -75,11 +73,14 @@ def _print_runs(chat: str | None, limit: int = 20) -> None:
 @click.command("reflector")
 def reflector_worker() -> None:
     """Run the reflector on its schedule, alone (beside bot processes on the same database)."""
+    from core.pg_db import redact_url
+
     config = current_config()
+    storage = config.storage
+    where = redact_url(storage.url) if storage.engine == "postgresql" else storage.database_path
     with open_reflector(config) as reflector:
         click.echo(
-            f"reflector: every {config.reflector.interval_mins:g} min on "
-            f"{config.storage.database_path}; Ctrl-C to stop",
+            f"reflector: every {config.reflector.interval_mins:g} min on {where}; Ctrl-C to stop",
             err=True,
         )
         asyncio.run(_serve(reflector, config.reflector.interval_mins))

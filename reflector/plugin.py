@@ -24,13 +24,7 @@ def register_commands(cli: click.Group) -> None:
 
 
 def extension(host: Host) -> Extension:
-    from memory.strategies.sqlite_store import SqliteStrategyStore
     from reflector.extension import ReflectorExtension
-    from reflector.playbook import default_contributors
-    from reflector.reflection import sqlite_reflector
+    from reflector.stores import build_reflector
 
-    contributors = default_contributors(SqliteStrategyStore(host.storage.sqlite_conn))
-    reflector = sqlite_reflector(
-        host.config, host.storage.sqlite_conn, host.llm, contributors=contributors
-    )
-    return ReflectorExtension(host.config, reflector)
+    return ReflectorExtension(host.config, build_reflector(host.config, host.storage, host.llm))

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import Config
-from core.db import Connection, savepoint, transaction
 from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
 from core.llm import LLM
 from core.store import SessionStore
@@ -65,11 +64,17 @@ def _line(run: ChatRun) -> str:
 EmbedderFactory = Callable[[], Embedder | None]
 
 
+UnitOfWork = Callable[[], AbstractContextManager[Any]]
+
+
 @dataclass(frozen=True)
 class ReflectorStores:
-    """Where a reflector reads and writes: the database (for transactions) and its stores."""
+    """Where a reflector reads and writes, on either engine (`reflector.stores` builds
+    them): its stores, one database transaction (`transaction()`, which every store joins)
+    and a savepoint inside it (`savepoint()`, rolled back alone on an exception)."""
 
-    db: Connection
+    transaction: UnitOfWork
+    savepoint: UnitOfWork
     sessions: SessionStore
     memories: MemoryStore
     cursors: CursorStore
@@ -93,7 +98,8 @@ class Reflector:
         means `stores.memories` is used as it is (with or without its embedder)."""
         self.config = config
         self.store = stores.sessions
-        self.conn = stores.db
+        self.transaction = stores.transaction
+        self.savepoint = stores.savepoint
         self.llm = llm
         self.cursor = stores.cursors
         self.leases = stores.leases
@@ -121,53 +127,78 @@ class Reflector:
         return self._memories
 
     async def run_pass(self, chat_ids: Sequence[int] | None = None) -> PassReport:
-        """Reflect on every chat with unseen messages (or just `chat_ids`), then upkeep."""
+        """Reflect on every chat with unseen messages (or just `chat_ids`), then upkeep.
+
+        Chats are claimed one at a time, the first free one in cursor order: a chat
+        another worker holds is passed over (`busy`) and never waited for.
+        """
         report = PassReport()
-        for chat_id in self.cursor.pending_chats(chat_ids):
-            report.runs.extend(await self.reflect_pending(chat_id))
+        pending = self.cursor.pending_chats(chat_ids)
+        while pending:
+            lease = self.leases.claim_next(pending)
+            taken = pending.index(lease.chat_id) if lease else len(pending)
+            report.runs.extend(self._busy(chat_id) for chat_id in pending[:taken])
+            if lease is None:
+                break
+            report.runs.extend(await self.reflect_pending(lease.chat_id, lease))
+            pending = pending[taken + 1 :]
         embedding_store = await self.memory_store() if self._plain.has_unembedded() else None
         report.maintenance = maintain(
             self._plain, self.config.reflector.confidence_floor, embedding_store
         )
         return report
 
-    async def reflect_pending(self, chat_id: int) -> list[ChatRun]:
+    async def reflect_pending(self, chat_id: int, lease: Lease | None = None) -> list[ChatRun]:
         """Up to `batch_messages` unseen messages of one chat, in as many batches as the
-        window needs; stops at a batch that fails (the next pass tries it again)."""
+        window needs, under one lease (`lease`, else claimed here; renewed between batches,
+        released at the end); stops at a batch that fails (the next pass tries it again)."""
+        held = lease or self.leases.claim(chat_id)
+        if held is None:
+            return [self._busy(chat_id)]
         runs: list[ChatRun] = []
         left = self.config.reflector.batch_messages
-        while left > 0:
-            run = await self.reflect_chat(chat_id, left)
-            runs.append(run)
-            if run.status not in ("done", "skipped"):
-                break
-            left -= run.messages_seen
-            if self.cursor.position(chat_id) >= self.store.newest_message_id(chat_id):
-                break
+        try:
+            while held is not None and left > 0:
+                run = await self._reflect_batch(held, left)
+                runs.append(run)
+                if run.status not in ("done", "skipped"):
+                    break
+                left -= run.messages_seen
+                if self.cursor.position(chat_id) >= self.store.newest_message_id(chat_id):
+                    break
+                held = self.leases.renew(held)  # None: taken over after expiry; stop here
+        finally:
+            if held is not None:
+                self.leases.release(held)
         return runs
 
     async def reflect_chat(self, chat_id: int, limit: int | None = None) -> ChatRun:
-        """One batch of the chat's unseen messages (at most `limit`, else `batch_messages`);
-        never raises for a failure inside the chat."""
-        run = ChatRun(chat_id, model=self.model)
+        """One batch of the chat's unseen messages (at most `limit`, else `batch_messages`)
+        under a lease of its own; never raises for a failure inside the chat."""
         lease = self.leases.claim(chat_id)
         if lease is None:
-            run.status = "busy"
-            return run
-        start = self.cursor.position(chat_id)
+            return self._busy(chat_id)
         try:
-            await self._reflect_leased(
-                run, lease, start, limit or self.config.reflector.batch_messages
-            )
+            return await self._reflect_batch(lease, limit or self.config.reflector.batch_messages)
+        finally:
+            self.leases.release(lease)
+
+    def _busy(self, chat_id: int) -> ChatRun:
+        return ChatRun(chat_id, model=self.model, status="busy")
+
+    async def _reflect_batch(self, lease: Lease, limit: int) -> ChatRun:
+        """One batch of the leased chat; a failure is logged as a run, never raised."""
+        run = ChatRun(lease.chat_id, model=self.model)
+        start = self.cursor.position(lease.chat_id)
+        try:
+            await self._reflect_leased(run, lease, start, limit)
         except (ReplyInvalid, ContextOverflow) as exc:
             self._batch_failed(run, lease, start, str(exc))
         except (LLMError, LeaseLost) as exc:
             self._fail(run, str(exc))
         except Exception as exc:  # the chat boundary: one chat's bug must not stop the pass
-            logger.exception("reflector crashed on chat %s", chat_id)
+            logger.exception("reflector crashed on chat %s", lease.chat_id)
             self._fail(run, f"{type(exc).__name__}: {exc}")
-        finally:
-            self.leases.release(lease)
         return run
 
     async def _reflect_leased(self, run: ChatRun, lease: Lease, start: int, limit: int) -> None:
@@ -237,8 +268,11 @@ class Reflector:
         facts: list[PreparedFact],
         data: dict[str, Any],
     ) -> None:
-        """Memories, cursor, run row and contributions together, or nothing."""
-        with transaction(self.conn):
+        """Memories, cursor, run row and contributions together, or nothing. The chat's
+        write lock comes first: near-duplicates are looked for and facts inserted with no
+        other writer of the chat in between, on either engine."""
+        with self.transaction():
+            self.leases.lock_chat_writes(run.chat_id)
             moved = self.cursor.advance(run.chat_id, *span)
             if not self.leases.holds(lease) or not moved:
                 raise LeaseLost("another pass took this chat over; nothing stored")
@@ -256,7 +290,7 @@ class Reflector:
         """Each contributor in a savepoint: its failure is logged and costs nothing else."""
         for contributor in self.contributors:
             try:
-                with savepoint(self.conn, "reflector_contributor"):
+                with self.savepoint():
                     note = contributor.apply(run.chat_id, data.get(contributor.key), run_id)
             except Exception:
                 logger.exception("reflector contributor %s failed", contributor.key)
@@ -288,7 +322,7 @@ class Reflector:
         )[:500]
         run.added = run.updated = run.refreshed = 0
         try:
-            with transaction(self.conn):
+            with self.transaction():
                 moved = self.cursor.advance(run.chat_id, start, run.last_message_id)
                 if not self.leases.holds(lease) or not moved:
                     raise LeaseLost("another pass took this chat over; nothing skipped")
@@ -308,32 +342,6 @@ class Reflector:
         return [ExistingMemory(m.id, m.category, m.content) for m in found.values()]
 
 
-def sqlite_reflector(
-    config: Config,
-    db: Connection,
-    llm: LLM,
-    *,
-    memories: MemoryStore | None = None,
-    contributors: Sequence[PassContributor] = (),
-    clock: Callable[[], float] = time.time,
-) -> Reflector:
-    """A reflector on one SQLite connection. Without `memories`, the configured embedding
-    model is loaded the first time a fact needs a vector."""
-    from core.sqlite_store import SqliteSessionStore
-    from memory.sqlite_store import SqliteMemoryStore
-    from reflector.sqlite_store import SqliteCursorStore, SqliteLeaseStore, SqliteRunStore
-
-    stores = ReflectorStores(
-        db,
-        SqliteSessionStore(db),
-        memories or SqliteMemoryStore(db),
-        SqliteCursorStore(db),
-        SqliteLeaseStore(db, config.reflector.lease_s, clock),
-        SqliteRunStore(db),
-    )
-    factory = None if memories is not None else _configured_embedder(config)
-    return Reflector(config, stores, llm, contributors=contributors, embedder_factory=factory)
-
-
-def _configured_embedder(config: Config) -> EmbedderFactory:
+def configured_embedder(config: Config) -> EmbedderFactory:
+    """Loads `[memory] embedding_model` when first called."""
     return lambda: load_embedder(config.memory.embedding_model, config.memory.query_precision)

@@ -114,6 +114,24 @@ class SqliteLeaseStore:
             ).fetchone()
         return Lease(chat_id, owner, expires) if row and row[0] == owner else None
 
+    def claim_next(self, chat_ids: Sequence[int]) -> Lease | None:
+        """The lease on the first of `chat_ids` no other owner holds (one short write
+        transaction per chat tried; SQLite's single writer orders the claimants)."""
+        for chat_id in chat_ids:
+            lease = self.claim(chat_id)
+            if lease is not None:
+                return lease
+        return None
+
+    def renew(self, lease: Lease) -> Lease | None:
+        expires = self.clock() + self.lease_s
+        with transaction(self.conn):
+            cursor = self.conn.execute(
+                "UPDATE reflector_leases SET expires_at = ? WHERE chat_id = ? AND owner = ?",
+                (expires, lease.chat_id, lease.owner),
+            )
+        return Lease(lease.chat_id, lease.owner, expires) if cursor.rowcount == 1 else None
+
     def holds(self, lease: Lease) -> bool:
         """Whether `lease` is still this owner's (call inside the committing transaction)."""
         row = self.conn.execute(
@@ -121,6 +139,9 @@ class SqliteLeaseStore:
             (lease.chat_id, lease.owner),
         ).fetchone()
         return row is not None
+
+    def lock_chat_writes(self, chat_id: int) -> None:
+        """Nothing to do: BEGIN IMMEDIATE already made every other writer wait."""
 
     def release(self, lease: Lease) -> None:
         self.conn.execute(
@@ -132,7 +153,7 @@ class SqliteLeaseStore:
         self.conn.execute("DELETE FROM reflector_leases WHERE chat_id = ?", (chat_id,))
 
 
-_RUN_COLUMNS = (
+RUN_COLUMNS = (
     "id, chat_id, started_at, finished_at, messages_seen, memories_added, memories_updated,"
     " memories_refreshed, memories_skipped, model, ok, error, first_message_id,"
     " last_message_id, status, batch_failed"
@@ -152,24 +173,7 @@ class SqliteRunStore:
             " messages_seen, memories_added, memories_updated, memories_refreshed,"
             " memories_skipped, model, prompt_tokens, completion_tokens, ok, error, status,"
             " batch_failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run.chat_id,
-                run.started_at,
-                run.first_message_id,
-                run.last_message_id,
-                run.messages_seen,
-                run.added,
-                run.updated,
-                run.refreshed,
-                run.skipped,
-                run.model,
-                run.prompt_tokens,
-                run.completion_tokens,
-                int(run.ok),
-                run.error,
-                run.status if run.status in ("done", "skipped") else "failed",
-                int(run.batch_failed),
-            ),
+            run_values(run),
         )
         return int(cursor.lastrowid)
 
@@ -178,10 +182,10 @@ class SqliteRunStore:
         where = "WHERE chat_id = ?" if chat_id is not None else ""
         params: tuple[int, ...] = (chat_id, limit) if chat_id is not None else (limit,)
         rows = self.conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM reflector_runs {where} ORDER BY id DESC LIMIT ?",
+            f"SELECT {RUN_COLUMNS} FROM reflector_runs {where} ORDER BY id DESC LIMIT ?",
             params,
         ).fetchall()
-        return [_run_row(row) for row in rows]
+        return [run_row(row) for row in rows]
 
     def failed_attempts(self, chat_id: int, first_message_id: int) -> FailedAttempts:
         """Batch failures of runs starting at `first_message_id`, counted since the chat's
@@ -203,7 +207,30 @@ class SqliteRunStore:
         return int(gone.rowcount)
 
 
-def _run_row(row: tuple[Any, ...]) -> RunRow:
+def run_values(run: ChatRun) -> tuple[Any, ...]:
+    """The `reflector_runs` values of `run`, in `record`'s column order (both engines)."""
+    return (
+        run.chat_id,
+        run.started_at,
+        run.first_message_id,
+        run.last_message_id,
+        run.messages_seen,
+        run.added,
+        run.updated,
+        run.refreshed,
+        run.skipped,
+        run.model,
+        run.prompt_tokens,
+        run.completion_tokens,
+        int(run.ok),
+        run.error,
+        run.status if run.status in ("done", "skipped") else "failed",
+        int(run.batch_failed),
+    )
+
+
+def run_row(row: tuple[Any, ...]) -> RunRow:
+    """A `reflector_runs` row selected as `RUN_COLUMNS` (both engines)."""
     return RunRow(
         int(row[0]),
         int(row[1]),

@@ -1,6 +1,7 @@
 """The reflector's storage interface: per-chat cursors, leases and the log of runs.
 
-`reflector.sqlite_store` holds the SQLite implementations.
+`reflector.sqlite_store` holds the SQLite implementations, `reflector.pg_store` the
+PostgreSQL ones; `reflector.stores` picks them for a `Storage`.
 """
 
 from __future__ import annotations
@@ -137,8 +138,26 @@ class LeaseStore(Protocol):
         """The lease on `chat_id` for a new owner, or None while another owner holds it."""
         ...
 
+    def claim_next(self, chat_ids: Sequence[int]) -> Lease | None:
+        """The lease on the first of `chat_ids` that no other owner holds, or None when
+        every one is held. Claimants never wait for each other (on PostgreSQL a chat being
+        claimed elsewhere this instant is skipped), and no chat goes to two of them."""
+        ...
+
+    def renew(self, lease: Lease) -> Lease | None:
+        """`lease` extended by the lease time from now, or None if it was taken over."""
+        ...
+
     def holds(self, lease: Lease) -> bool:
-        """Whether `lease` is still this owner's (call inside the committing transaction)."""
+        """Whether `lease` is still this owner's (call inside the committing transaction;
+        on PostgreSQL it then stays this owner's until that transaction ends)."""
+        ...
+
+    def lock_chat_writes(self, chat_id: int) -> None:
+        """Make every other writer that asks for this chat wait until the caller's
+        transaction ends (call first in it): finding near-duplicates and inserting then
+        happen as one step. SQLite's single writer does this already; PostgreSQL takes a
+        transaction-scoped advisory lock."""
         ...
 
     def release(self, lease: Lease) -> None: ...

@@ -39,8 +39,10 @@ import click
 
 from core.bench.startup import MNEMO, bench_env, write_config
 from core.bench.support import echo_result
-from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.config import StorageConfig
+from core.storage import open_storage
+from core.store import StoredMessage
+from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.testing.fake_telegram import FakeTelegramServer, user
 
@@ -84,29 +86,36 @@ class Tally:
         return all(count == self.pushed for count in counts) and doubled == 0
 
 
-def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tally:
+def stored_conversations(storage_url: str, pushed: set[str]) -> dict[str, list[StoredMessage]]:
+    """Each pushed chat's stored messages (SQLite or PostgreSQL, as `storage_url` says)."""
+    storage = open_storage(StorageConfig(url=storage_url), migrate=False)
+    try:
+        store = session_store(storage)
+        found: dict[str, list[StoredMessage]] = {}
+        for chat_id in sorted({key.split("-")[0] for key in pushed}):
+            chat = store.find_chat(CHANNEL, chat_id)
+            if chat is not None:
+                found[chat_id] = store.messages_between(chat.id, 0, 1_000_000)
+        return found
+    finally:
+        storage.close()
+
+
+def tally(pushed: set[str], storage_url: str, telegram: FakeTelegramServer) -> Tally:
     """Count, per pushed message key (`chat-number`), its stored user messages, stored
     replies and delivered replies."""
     stored: Counter[str] = Counter()
     answered: Counter[str] = Counter()
-    conn = connect(database)
-    try:
-        store = SqliteSessionStore(conn)
-        for chat_id in sorted({key.split("-")[0] for key in pushed}):
-            chat = store.find_chat(CHANNEL, chat_id)
-            if chat is None:
+    for messages in stored_conversations(storage_url, pushed).values():
+        for message in messages:
+            found = MESSAGE.search(message.content or "")
+            if found is None:
                 continue
-            for message in store.messages_between(chat.id, 0, 1_000_000):
-                found = MESSAGE.search(message.content or "")
-                if found is None:
-                    continue
-                key = f"{found.group(1)}-{found.group(2)}"
-                if message.role == "user":
-                    stored[key] += 1
-                elif message.role == "assistant":
-                    answered[key] += 1
-    finally:
-        conn.close()
+            key = f"{found.group(1)}-{found.group(2)}"
+            if message.role == "user":
+                stored[key] += 1
+            elif message.role == "assistant":
+                answered[key] += 1
     delivered: Counter[str] = Counter()
     for sent in list(telegram.delivered):
         found = MESSAGE.search(str(sent.get("text", "")))
@@ -122,23 +131,59 @@ def tally(pushed: set[str], database: Path, telegram: FakeTelegramServer) -> Tal
     return Tally(len(pushed), n_stored, n_answered, n_delivered, d_stored, d_answered, d_delivered)
 
 
-class Bot:
-    """A `mnemo run` process on Telegram (the fake Bot API) and the fake model."""
+@dataclass(frozen=True)
+class WebhookSetup:
+    """A bot process in webhook mode: Telegram posts to `url`, the process listens on `port`."""
 
-    def __init__(self, work: Path, model_url: str, telegram: FakeTelegramServer) -> None:
-        extra = (
-            "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
-            f'[telegram]\ntoken = "1:CHAOS"\napi_base_url = "{telegram.base_url}"\n'
+    url: str
+    port: int
+    secret: str = "chaos-webhook-secret"
+
+    def config(self) -> str:
+        return (
+            f'mode = "webhook"\nwebhook_url = "{self.url}"\nlisten_port = {self.port}\n'
+            f'webhook_secret = "{self.secret}"\n'
         )
-        self.config = write_config(work / "chaos.toml", model_url, work / "data", extra)
-        self.database = work / "data" / "mnemo.db"
+
+
+class Bot:
+    """A `mnemo run` process on Telegram (the fake Bot API) and the fake model; several of
+    them (each its own `name`) may share one `work` directory and its database."""
+
+    def __init__(
+        self,
+        work: Path,
+        model_url: str,
+        telegram: FakeTelegramServer,
+        *,
+        name: str = "chaos",
+        webhook: WebhookSetup | None = None,
+        storage_url: str = "",
+        max_messages_per_second: float = 30.0,
+    ) -> None:
+        extra = (
+            (f'url = "{storage_url}"\n' if storage_url else "")
+            + "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
+            f'[telegram]\ntoken = "1:CHAOS"\napi_base_url = "{telegram.base_url}"\n'
+            f"max_messages_per_second = {max_messages_per_second}\n"
+            f"{webhook.config() if webhook else ''}"
+        )
+        self.config = write_config(work / f"{name}.toml", model_url, work / "data", extra)
+        self.storage_url = storage_url or f"sqlite:///{work / 'data' / 'mnemo.db'}"
+        self.log = work / f"{name}.log"
         self.work = work
         self.telegram = telegram
+        self.ready_call = "setWebhook" if webhook else "getUpdates"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        polls = len(self.telegram.sent("getUpdates"))
-        with (self.work / "run.log").open("ab") as log:  # the child keeps its own copy
+        """Launch, and wait until the process polls (or has registered its webhook)."""
+        before = len(self.telegram.sent(self.ready_call))
+        self.launch()
+        self.telegram.wait_for(lambda tg: len(tg.sent(self.ready_call)) > before, START_TIMEOUT_S)
+
+    def launch(self) -> None:
+        with self.log.open("ab") as log:  # the child keeps its own copy
             self.process = subprocess.Popen(
                 [*MNEMO, "--config", str(self.config), "run"],
                 stdin=subprocess.DEVNULL,
@@ -147,7 +192,6 @@ class Bot:
                 env=bench_env(None),
                 cwd=self.work,
             )
-        self.telegram.wait_for(lambda tg: len(tg.sent("getUpdates")) > polls, START_TIMEOUT_S)
 
     def kill(self) -> float:
         assert self.process is not None
@@ -208,10 +252,10 @@ def kill_run(
         first_stop_s = bot.stop() if how == "term" else bot.kill()
         began = time.perf_counter()
         bot.start()
-        _wait(telegram, len(pushed), timeout_s)
+        wait_delivered(telegram, len(pushed), timeout_s)
         recovered_s = time.perf_counter() - began
         stop_s = bot.stop()
-        result = tally(pushed, bot.database, telegram)
+        result = tally(pushed, bot.storage_url, telegram)
     return {
         **asdict(result),
         "whole": result.whole,
@@ -244,10 +288,10 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
         bot.start()
         began = time.perf_counter()
         pushed = push(telegram, chats, messages)
-        _wait(telegram, len(pushed), timeout_s)
+        wait_delivered(telegram, len(pushed), timeout_s)
         seconds = time.perf_counter() - began
         stop_s = bot.stop()
-        result = tally(pushed, bot.database, telegram)
+        result = tally(pushed, bot.storage_url, telegram)
         sends = len(telegram.sent())
     return {
         **asdict(result),
@@ -259,7 +303,7 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
     }
 
 
-def _wait(telegram: FakeTelegramServer, expected: int, timeout_s: float) -> None:
+def wait_delivered(telegram: FakeTelegramServer, expected: int, timeout_s: float) -> None:
     """Until every pushed message has a delivered reply, or `timeout_s` (then the tally
     shows what is missing)."""
     with contextlib.suppress(AssertionError):

@@ -13,7 +13,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -106,7 +105,7 @@ def token_counter() -> tuple[str, Callable[[dict[str, Any]], int]]:
 def archived_ids(agent: Agent) -> set[int]:
     found: set[int] = set()
     for path in agent.store.archive_paths():
-        text = Path(path).read_text(encoding="utf-8")
+        text = agent.files.read_text(path) or ""
         found.update(int(match) for match in re.findall(r"^### #(\d+) ", text, re.MULTILINE))
     return found
 

@@ -62,7 +62,9 @@ def bench_agent(
         try:
             store = SqliteSessionStore(conn)
             agent = build_agent(config, sqlite_storage(conn), store, OpenAILLM(config.llm), [])
-            core = CoreExtension(config, store, agent.extensions, agent.compactor, agent.planner)
+            core = CoreExtension(
+                config, store, agent.extensions, agent.compactor, agent.planner, agent.files
+            )
             agent.extensions.add(core)  # the built-ins, without the plugin (it registers us)
             for extension in extensions(config, conn):
                 agent.extensions.add(extension)

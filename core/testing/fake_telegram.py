@@ -5,6 +5,12 @@ answers `{"ok": ..., "result": ...}`), so python-telegram-bot runs unmodified ag
 Tests queue updates with `push_message()`, script failures with `fail_next()` and read
 what the bot sent from `calls`. Like the real server, getUpdates with `offset=N` confirms
 and forgets every update below N, and a 429 carries `parameters.retry_after`.
+
+After setWebhook, updates are POSTed to the webhook URL instead, with the secret in
+`X-Telegram-Bot-Api-Secret-Token`, as Telegram does: one at a time per chat, in order
+(several chats at once, up to `max_connections`), an update forgotten once its POST was
+answered 2xx, and any other answer (or none) retried after `webhook_retry_s`;
+getUpdates is refused (409) while a webhook is set.
 """
 
 from __future__ import annotations
@@ -13,9 +19,12 @@ import itertools
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs
 
 from core.testing.loopback import JsonHandler, LoopbackServer
@@ -25,12 +34,35 @@ BOT_USERNAME = "mnemo_test_bot"
 JSON_FIELDS = {"entities", "commands", "reply_parameters", "allowed_updates", "reply_markup"}
 MAX_LONG_POLL_S = 1.0
 MAX_UPDATES = 100  # getUpdates' `limit` when none is given (and its maximum)
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+WEBHOOK_CONNECTIONS = 40  # Telegram's default max_connections
+WEBHOOK_TIMEOUT_S = 10.0
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, always
+WEBHOOK_CONFLICT = (
+    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to"
+    " delete the webhook first"
+)
 
 
 @dataclass(frozen=True)
 class Call:
     method: str
     params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Webhook:
+    url: str
+    secret_token: str
+    allowed_updates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WebhookPost:
+    """One delivery attempt: the update, the answer's status (0: no answer)."""
+
+    update_id: int
+    status: int
 
 
 @dataclass(frozen=True)
@@ -63,7 +95,26 @@ class FakeTelegramServer(LoopbackServer):
         self._update_ids = itertools.count(1)
         self._message_ids = itertools.count(1000)
         self._changed = threading.Condition()
+        self.webhook: Webhook | None = None
+        self.webhook_posts: list[WebhookPost] = []
+        self.webhook_retry_s = 0.2  # Telegram waits longer; tests need not
+        self._in_flight: set[int] = set()  # update ids being POSTed
+        self._retry_at: dict[int, float] = {}  # update id → when its next POST may go
+        self._closing = False
+        self._delivery = threading.Thread(target=self._deliver_forever, daemon=True)
         super().__init__(self._handler_class(), poll_interval=0.05)
+
+    def __enter__(self) -> Self:
+        super().__enter__()
+        self._delivery.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+        self._delivery.join(timeout=WEBHOOK_TIMEOUT_S + 1)
+        super().__exit__(*exc)
 
     @property
     def base_url(self) -> str:
@@ -147,10 +198,14 @@ class FakeTelegramServer(LoopbackServer):
                 error = _error(failure.status, failure.description, failure.retry_after)
                 return failure.status, error
         if method == "getUpdates":
+            if self.webhook is not None:
+                return 409, _error(409, WEBHOOK_CONFLICT)
             return 200, {"ok": True, "result": self._updates(params)}
         if method == "getMe":
             return 200, {"ok": True, "result": self._me()}
-        if method in {"deleteWebhook", "setWebhook", "setMyCommands", "sendChatAction"}:
+        if method in {"setWebhook", "deleteWebhook", "getWebhookInfo"}:
+            return 200, {"ok": True, "result": self._webhook_method(method, params)}
+        if method in {"setMyCommands", "sendChatAction"}:
             return 200, {"ok": True, "result": True}
         if method == "sendMessage":
             return self._send_message(params)
@@ -181,6 +236,94 @@ class FakeTelegramServer(LoopbackServer):
                 if self.updates or left <= 0:
                     return self.updates[:limit]
                 self._changed.wait(left)
+
+    # --- the webhook -------------------------------------------------------------------
+
+    def _webhook_method(self, method: str, params: dict[str, Any]) -> Any:
+        with self._changed:
+            if _flag(params.get("drop_pending_updates")):
+                self.updates.clear()
+            if method == "setWebhook" and params.get("url"):
+                allowed = tuple(params.get("allowed_updates") or ())
+                self.webhook = Webhook(params["url"], params.get("secret_token", ""), allowed)
+            elif method in {"setWebhook", "deleteWebhook"}:  # setWebhook with no url deletes
+                self.webhook = None
+            self._changed.notify_all()
+            if method != "getWebhookInfo":
+                return True
+            info: dict[str, Any] = {
+                "url": self.webhook.url if self.webhook else "",
+                "has_custom_certificate": False,
+                "pending_update_count": len(self.updates),
+            }
+            if self.webhook is not None and self.webhook.allowed_updates:
+                info["allowed_updates"] = list(self.webhook.allowed_updates)
+            return info
+
+    def _deliver_forever(self) -> None:
+        """POST pending updates to the webhook while one is set, until the server closes."""
+        with ThreadPoolExecutor(WEBHOOK_CONNECTIONS, thread_name_prefix="webhook") as posts:
+            while True:
+                with self._changed:
+                    if self._closing:
+                        return
+                    due = self._due_updates()
+                    if not due:
+                        self._changed.wait(self.webhook_retry_s / 2)
+                        continue
+                    hook = self.webhook
+                assert hook is not None
+                for update in due:
+                    posts.submit(self._post_update, hook, update)
+
+    def _due_updates(self) -> list[dict[str, Any]]:
+        """The oldest update of each chat that has none in flight or waiting for a retry,
+        marked in flight (called holding the lock)."""
+        if self.webhook is None:
+            return []
+        now = time.monotonic()
+        busy: set[object] = set()
+        due: list[dict[str, Any]] = []
+        for update in self.updates:
+            queue = _queue_of(update)
+            if queue in busy:
+                continue
+            busy.add(queue)
+            update_id = update["update_id"]
+            if update_id in self._in_flight or self._retry_at.get(update_id, 0) > now:
+                continue
+            if len(self._in_flight) >= WEBHOOK_CONNECTIONS:
+                break
+            self._in_flight.add(update_id)
+            due.append(update)
+        return due
+
+    def _post_update(self, hook: Webhook, update: dict[str, Any]) -> None:
+        request = urllib.request.Request(
+            hook.url,
+            data=json.dumps(update).encode("utf-8"),
+            headers={"Content-Type": "application/json", SECRET_HEADER: hook.secret_token},
+            method="POST",
+        )
+        try:
+            with NO_PROXY.open(request, timeout=WEBHOOK_TIMEOUT_S) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        except OSError:
+            status = 0  # refused, reset or timed out: no answer
+        update_id = update["update_id"]
+        with self._changed:
+            self.webhook_posts.append(WebhookPost(update_id, status))
+            self._in_flight.discard(update_id)
+            if 200 <= status < 300:
+                self.updates = [u for u in self.updates if u["update_id"] != update_id]
+                self._retry_at.pop(update_id, None)
+            else:
+                self._retry_at[update_id] = time.monotonic() + self.webhook_retry_s
+            self._changed.notify_all()
+
+    # --- messages --------------------------------------------------------------------
 
     def _send_message(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         text = str(params.get("text", ""))
@@ -230,6 +373,18 @@ def _form(body: str, headers: Any) -> dict[str, Any]:
     for key in JSON_FIELDS & params.keys():
         params[key] = json.loads(params[key])
     return params
+
+
+def _queue_of(update: dict[str, Any]) -> object:
+    """Telegram delivers the updates of one chat in order, one at a time."""
+    message = update.get("message")
+    if isinstance(message, dict) and isinstance(message.get("chat"), dict):
+        return message["chat"].get("id")
+    return ("update", update["update_id"])
+
+
+def _flag(value: object) -> bool:
+    return value is True or str(value).lower() == "true"
 
 
 def _error(status: int, description: str, retry_after: int | None = None) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 `LoopbackServer` runs a `ThreadingHTTPServer` on a free port in a daemon thread while
 used as a context manager; `JsonHandler` is the request handler base: silent, with
-helpers to read a body and send a JSON answer to a client that may have hung up.
+helpers to read a body and send an answer (JSON or any) to a client that may have hung up.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ class JsonHandler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def send_json(self, status: int, body: str) -> None:
-        data = body.encode("utf-8")
+        self.send_body(status, body.encode("utf-8"), "application/json")
+
+    def send_body(self, status: int, data: bytes, content_type: str) -> None:
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

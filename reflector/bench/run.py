@@ -25,7 +25,8 @@ from core.sqlite_store import SqliteSessionStore
 from core.store import NewMessage, SessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.sqlite_store import SqliteMemoryStore
-from reflector.reflection import Reflector, sqlite_reflector
+from reflector.reflection import Reflector
+from reflector.stores import sqlite_reflector
 
 EXISTING_MEMORIES = 100
 CHUNK = 10_000

@@ -187,3 +187,26 @@ async def test_thread_is_its_own_session(harness: Harness) -> None:
     assert reply.channel.id == thread_id
     assert harness.stored(f"{general.id}:{thread_id}")[0][2] == "in the thread"
     assert harness.stored(str(general.id)) == []
+
+
+async def test_the_client_runs_the_configured_shards(dc_runtime: Runtime) -> None:
+    config = dc_runtime.config.discord
+    commands = dc_runtime.extensions.command_list()
+    plain = DiscordChannel(config, commands).client
+    config.shard_count = 4
+    config.shard_ids = [1, 3]
+    sharded = DiscordChannel(config, commands).client
+    config.shard_ids = []
+    every = DiscordChannel(config, commands).client
+    assert not isinstance(plain, discord.AutoShardedClient)
+    assert isinstance(sharded, discord.AutoShardedClient)
+    assert (sharded.shard_count, sharded.shard_ids) == (4, [1, 3])
+    assert isinstance(every, discord.AutoShardedClient)
+    assert (every.shard_count, every.shard_ids) == (4, None)  # discord.py: all four here
+
+
+def test_a_shard_outside_the_count_is_refused_by_name(dc_runtime: Runtime) -> None:
+    config = dc_runtime.config.discord
+    config.shard_count = 2
+    with pytest.raises(ValueError, match=r"shard_ids[\s\S]*\[2\] not in 0\.\.1"):
+        config.shard_ids = [0, 2]

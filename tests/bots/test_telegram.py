@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
-import httpx
 import pytest
 
 from bots.app import run_platform
@@ -327,61 +326,6 @@ async def test_media_is_stored_as_a_placeholder(
     users = [row[2] for row in stored(tg_runtime, "101") if row[0] == "user"]
     assert users == ["[image] my new kitchen", "[file: notes.pdf]"]
     assert tg.sent("getFile") == []  # the bytes are never downloaded
-
-
-async def test_webhook_mode_checks_the_secret_token(
-    tg_runtime: Runtime, tg: FakeTelegramServer, unused_tcp_port: int
-) -> None:
-    config = tg_runtime.config.telegram
-    config.webhook_url = "https://bot.example.test/telegram-hook"
-    config.webhook_port = unused_tcp_port
-    config.webhook_secret = "s3cret-token"
-    update = {
-        "update_id": 1,
-        "message": {
-            "message_id": 1,
-            "date": 0,
-            "chat": private(ALICE),
-            "from": ALICE,
-            "text": "via webhook",
-        },
-    }
-    url = f"http://127.0.0.1:{unused_tcp_port}/telegram-hook"
-    channel = TelegramChannel(config, tg_runtime.extensions.command_list())
-    task = asyncio.create_task(channel.run(tg_runtime.dispatcher))
-    try:
-        await eventually(lambda: bool(tg.sent("setWebhook")))
-        async with httpx.AsyncClient() as client:
-            await eventually_async(lambda: _reachable(client, url))
-            forged = await client.post(url, json=update)
-            assert forged.status_code == 403
-            header = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}
-            accepted = await client.post(url, json=update, headers=header)
-            assert accepted.status_code == 200
-        await eventually(lambda: bool(replies_to(tg, 101)))
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    [webhook] = tg.sent("setWebhook")
-    assert webhook["url"] == config.webhook_url
-    assert webhook["secret_token"] == "s3cret-token"
-    assert tg.sent("getUpdates") == []
-    assert [reply["text"] for reply in replies_to(tg, 101)] == ["echo: via webhook"]
-
-
-async def _reachable(client: httpx.AsyncClient, url: str) -> bool:
-    try:
-        await client.get(url)
-    except httpx.TransportError:
-        return False
-    return True
-
-
-async def eventually_async(check: Callable[[], Awaitable[bool]], within: float = 20) -> None:
-    async with asyncio.timeout(within):
-        while not await check():  # noqa: ASYNC110 (a TCP port has no event to wait on)
-            await asyncio.sleep(0.05)
 
 
 async def test_a_channel_that_fails_to_start_does_not_stop_the_others(

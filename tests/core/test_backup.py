@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+from core.data_cli import PG_BACKUP
 from core.db import connect, open_copy
 from core.sqlite_store import SqliteSessionStore
 from core.store import NewMessage
@@ -109,3 +110,16 @@ def test_backup_refuses_to_overwrite_and_names_a_file_in_a_directory(
     assert pairs(made)[2] == ["ok"]
     not_mnemo = run_mnemo(["restore", str(target), "--yes"], config)
     assert not_mnemo.returncode != 0 and "Error:" in not_mnemo.stderr
+
+
+def test_on_postgresql_backup_and_restore_point_to_pg_dump(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    """Nothing is opened or written: the URL need not even answer."""
+    url = 'url = "postgresql://mnemo@127.0.0.1:1/mnemo"'
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data", url)
+    for args in (["backup", str(tmp_path / "x.db")], ["restore", str(tmp_path / "x.db"), "--yes"]):
+        result = run_mnemo(args, config)
+        assert result.returncode != 0
+        assert result.stderr.strip().splitlines() == [f"Error: {PG_BACKUP}"]
+    assert list(tmp_path.iterdir()) == [tmp_path / "config.toml"]

@@ -38,9 +38,11 @@ from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def runtime(config: Config) -> Iterator[Runtime]:
-    """No extensions, and a 4k window so that a few turns exceed the verbatim reserve."""
+def runtime(config: Config, storage_url: str) -> Iterator[Runtime]:
+    """No extensions, and a 4k window so that a few turns exceed the verbatim reserve; on
+    each engine (`storage_url`, tests/core/conftest.py)."""
     config.llm.context_window = 4_096
+    config.storage.url = storage_url
     rt = light_runtime(config)
     yield rt
     rt.close()
@@ -135,8 +137,11 @@ def test_summary_request_drops_the_oldest_half_until_it_fits() -> None:
     assert messages[1]["content"].startswith("Previous summary:\nearlier")
 
 
-def _read(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8")
+def _read(runtime: Runtime, path: str) -> str:
+    """An archive, by the path its compaction recorded (a file, or a row on PostgreSQL)."""
+    text = runtime.agent.files.read_text(path)
+    assert text is not None, f"no archive at {path}"
+    return text
 
 
 def _summary_responder(summaries: list[str]) -> Any:
@@ -151,6 +156,15 @@ def _summary_responder(summaries: list[str]) -> Any:
 async def _chat(runtime: Runtime, chat_id: str, turns: int, size: int = 200) -> None:
     for n in range(turns):
         await runtime.agent.handle(Inbound("terminal", chat_id, f"turn {n}: " + "w" * size))
+
+
+def set_summary(runtime: Runtime, summary: str) -> None:
+    """Give chat 1's session a summary (no store method sets one outside a compaction)."""
+    statement = "UPDATE sessions SET summary = {} WHERE chat_id = 1"
+    if runtime.storage.postgres is not None:
+        runtime.storage.postgres.write(statement.format("%s"), (summary,))
+    else:
+        runtime.conn.execute(statement.format("?"), (summary,))
 
 
 def _summary_requests(server: FakeOpenAIServer) -> list[dict[str, Any]]:
@@ -169,12 +183,10 @@ async def test_compact_command_summarises_marks_and_archives(
     session = runtime.store.session(1)
     assert session.summary == GOOD_SUMMARY and session.compaction_count == 1
     assert runtime.store.count_messages(1) == before  # nothing deleted
-    marked = runtime.conn.execute(
-        "SELECT id FROM messages WHERE compaction_id IS NOT NULL ORDER BY id"
-    ).fetchall()
-    assert [row[0] for row in marked] == list(range(1, 15))
-    archive = runtime.conn.execute("SELECT archive_path FROM compactions").fetchone()[0]
-    text = _read(archive)
+    assert runtime.store.compacted_message_ids() == set(range(1, 15))
+    [archive] = runtime.store.archive_paths()
+    assert archive.startswith("terminal/c/archive/")  # named as the chat's files name it
+    text = _read(runtime, archive)
     assert all(f"### #{n} ·" in text for n in range(1, 15))
     assert "turn 0: " + "w" * 200 in text
     await _chat(runtime, "c", 1)
@@ -216,7 +228,7 @@ async def test_failed_summary_falls_back_to_recent_only_and_keeps_the_old_summar
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     await _chat(runtime, "f", 8)
-    runtime.conn.execute("UPDATE sessions SET summary = 'old summary' WHERE chat_id = 1")
+    set_summary(runtime, "old summary")
     fake_llm.add(bad_reply)
     with caplog.at_level(logging.WARNING, logger="core.compaction"):
         reply = await runtime.agent.handle(Inbound("terminal", "f", "/compact"))
@@ -224,8 +236,11 @@ async def test_failed_summary_falls_back_to_recent_only_and_keeps_the_old_summar
     assert "no usable summary" in caplog.text
     session = runtime.store.session(1)
     assert session.summary == "old summary"
-    status, error = runtime.conn.execute("SELECT status, error FROM compactions").fetchone()
-    assert status == "fallback" and error
+    [compaction] = runtime.store.compactions(1)
+    assert compaction.status == "fallback" and compaction.error
+    assert reply.text.endswith(
+        f"archived at {runtime.agent.files.location(compaction.archive_path)}."
+    )
     history = runtime.store.history(1)
     assert history[0].role == "user" and len(history) == 6
     assert runtime.store.count_messages(1) == 16
@@ -252,8 +267,7 @@ async def test_overflow_error_compacts_and_retries_once(
         for r in fake_llm.requests[count:]
     ]
     assert kinds == ["turn", "summary", "turn"]
-    trigger = runtime.conn.execute("SELECT trigger FROM compactions").fetchone()[0]
-    assert trigger == "overflow"
+    assert [c.trigger for c in runtime.store.compactions(1)] == ["overflow"]
 
 
 async def test_second_overflow_gives_a_short_error_and_keeps_the_message(
@@ -303,9 +317,7 @@ async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_w
     for request in fake_llm.requests:
         assert orphaned_tool_messages(request["messages"]) == []
         assert estimator.request(request["messages"], request.get("tools")) <= 5_000
-    assert runtime.store.count_messages(1) == len(
-        runtime.conn.execute("SELECT id FROM messages").fetchall()
-    )
+    assert runtime.store.count_messages(1) == runtime.store.count_messages()
 
 
 LONG = " ".join(f"word{i}" for i in range(64))  # ~450 chars, ~115 tokens
@@ -318,30 +330,27 @@ def _long_chat_responder(request: dict[str, Any]) -> FakeReply:
 
 
 def _archived_ids(runtime: Runtime) -> set[int]:
-    paths = runtime.conn.execute("SELECT archive_path FROM compactions").fetchall()
-    text = "".join(_read(path) for (path,) in paths)
+    text = "".join(_read(runtime, path) for path in runtime.store.archive_paths())
     return {int(n) for n in re.findall(r"^### #(\d+) ·", text, re.MULTILINE)}
 
 
 async def test_forty_long_turns_in_a_2048_window_compact_rarely_and_lose_nothing(
-    tmp_path: Path,
+    tmp_path: Path, storage_url: str
 ) -> None:
     """The issue's run: a llama.cpp-sized window (2,048) that the config does not state."""
     with FakeOpenAIServer(_long_chat_responder, ServerTraits(n_ctx=2048)) as server:
-        runtime = light_runtime(make_config(tmp_path / "data", server.base_url))
+        config = make_config(tmp_path / "data", server.base_url)
+        config.storage.url = storage_url
+        runtime = light_runtime(config)
         try:
             for n in range(40):
                 reply = await runtime.agent.handle(Inbound("terminal", "l", f"{n}: {LONG}"))
                 assert reply is not None and not reply.is_error, reply
-            rows = runtime.conn.execute(
-                "SELECT trigger, messages_compacted, tokens_after FROM compactions"
-            ).fetchall()
-            compacted = {
-                row[0]
-                for row in runtime.conn.execute(
-                    "SELECT id FROM messages WHERE compaction_id IS NOT NULL"
-                )
-            }
+            rows = [
+                (c.trigger, c.messages_compacted, c.tokens_after)
+                for c in runtime.store.compactions(1)
+            ]
+            compacted = runtime.store.compacted_message_ids()
             assert runtime.store.count_messages(1) == 80  # every message stored
             assert compacted and _archived_ids(runtime) == compacted
             profile = load_profile(runtime.store, runtime.llm.model)

@@ -95,3 +95,51 @@ def test_config_path_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("MNEMO_CONFIG", "/etc/mnemo.toml")
     assert resolve_config_path(None) == Path("/etc/mnemo.toml")
     assert resolve_config_path("given.toml") == Path("given.toml")
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "says"),
+    [
+        ('mode = "webhook"\nwebhook_secret = "s"', "webhook_url", "public https:// URL"),
+        ('mode = "webhook"\nwebhook_url = "https://b.example/tg"', "webhook_secret", "same for"),
+        ('webhook_url = "https://b.example/tg"', "webhook_url", 'set mode = "webhook"'),
+        ("webhook_port = 8443", "telegram", "webhook_port is now listen_port"),
+    ],
+)
+def test_webhook_mode_needs_its_url_and_a_shared_secret(
+    tmp_path: Path, body: str, key: str, says: str
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[telegram]\n{body}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert key in str(caught.value) and says in str(caught.value)
+
+
+def test_webhook_secret_comes_from_the_environment_and_the_path_from_the_url(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[telegram]\nmode = "webhook"\nwebhook_url = "https://b.example/tg/hook"\n')
+    config = load_config(path, env={"MNEMO_TELEGRAM_WEBHOOK_SECRET": "from-env"})
+    assert config.telegram.webhook_secret == "from-env"
+    assert config.telegram.served_path == "/tg/hook"
+    config.telegram.webhook_path = "internal"  # behind a proxy that rewrites the path
+    assert config.telegram.served_path == "/internal"
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("shard_ids = [0]", "needs shard_count"),
+        ("shard_count = 2\nshard_ids = [0, 2]", "[2] not in 0..1"),
+        ("shard_count = 2\nshard_ids = [1, 1]", "names a shard twice"),
+        ("shard_count = 0", "greater than or equal to 1"),
+    ],
+)
+def test_discord_shards_are_checked(tmp_path: Path, body: str, says: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(f"[discord]\n{body}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    assert "[discord] shard_" in str(caught.value) and says in str(caught.value)

@@ -1,6 +1,7 @@
 """The dispatcher: every message stored as it arrives, each chat's turns one at a time and
 in order (across runtimes on one database too), replies delivered and retried, what a
-stop or a crash left taken up at the next start, a full disk never called "saved"."""
+stop or a crash left taken up at the next start, a full disk never called "saved". On both
+engines: every runtime here opens `storage_url` (two runtimes: two PostgreSQL pools)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,17 @@ async def close(runtime: Runtime) -> None:
     """Stop the dispatcher's turns first: nothing may touch the database after `close`."""
     await runtime.dispatcher.stop()
     runtime.close()
+
+
+@pytest.fixture
+def config(config: Config, storage_url: str) -> Config:
+    config.storage.url = storage_url
+    return config
+
+
+def sqlite_only(runtime: Runtime) -> None:
+    if runtime.storage.engine != "sqlite":
+        pytest.skip("a SQLite page limit stands in for a full disk; PostgreSQL has no such knob")
 
 
 @pytest.fixture
@@ -277,6 +289,7 @@ async def test_a_turn_cut_by_the_grace_period_is_answered_once_at_the_next_start
 
 
 async def test_a_full_disk_is_never_called_saved(rt: Runtime) -> None:
+    sqlite_only(rt)
     channel = RecordingChannel()
     rt.dispatcher.attach(channel)
     await rt.dispatcher(said("a first message, stored"))
@@ -292,6 +305,7 @@ async def test_a_full_disk_is_never_called_saved(rt: Runtime) -> None:
 
 
 async def test_a_disk_that_fills_during_the_turn_says_saved_because_it_was(rt: Runtime) -> None:
+    sqlite_only(rt)
     channel = RecordingChannel()
     rt.dispatcher.attach(channel)
     assert rt.agent.accept(said("y" * 20_000, message_id="5")) is not None  # stored on arrival
@@ -351,3 +365,30 @@ async def test_two_runtimes_on_one_database_never_interleave_a_chat(
         assert user[0] == "user" and assistant == ("assistant", f"echo: {user[1]}")
     assert sorted(delivered) == sorted(f"echo: m{i}" for i in range(12))  # each exactly once
     assert len(fake_llm.requests) == 12  # one turn per message: never two processes on one
+
+
+async def test_a_turn_inside_which_the_server_drops_the_connection_is_answered_once(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """PostgreSQL: the server (or the network) drops the bot's connections while a turn is
+    with the model. The turn's writes go to a fresh connection, all together, once."""
+    if rt.storage.postgres is None:
+        pytest.skip("a server that drops connections: PostgreSQL only")
+    import psycopg
+
+    gate = Gate()
+    fake_llm.responder = gate
+    turn = asyncio.create_task(rt.dispatcher(said("hello", message_id="1")))
+    await eventually(lambda: len(fake_llm.requests) == 1)  # stored, now with the model
+    with psycopg.connect(rt.storage.postgres.url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    assert killed, "the pool held at least one connection"
+    gate.open.set()
+    reply = await turn
+    assert reply is not None and reply.text == "echo: hello"
+    assert stored(rt, "c") == [("user", "hello"), ("assistant", "echo: hello")]
+    totals = rt.deliveries.delivery_totals()
+    assert (totals.answered, totals.pending, totals.replies) == (1, 0, 1)

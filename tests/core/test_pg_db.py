@@ -5,6 +5,7 @@ migrations under a lock, recovery from dropped connections, and the engine chose
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -16,10 +17,10 @@ from core.storage import open_storage
 
 
 @pytest.fixture
-def db(fresh_postgres_url: str) -> PgDatabase:
+def db(fresh_postgres_url: str) -> Iterator[PgDatabase]:
     database = PgDatabase(fresh_postgres_url, migrate=False)
     database.write("CREATE TABLE items (id int PRIMARY KEY, label text NOT NULL)")
-    yield database  # type: ignore[misc]
+    yield database
     database.close()
 
 

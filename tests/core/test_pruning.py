@@ -11,7 +11,7 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Extension, Inbound, Tool, TurnContext
-from core.chat_files import chat_dir, safe_path_part
+from core.chat_files import chat_dir, chat_prefix, safe_path_part
 from core.config import Config
 from core.pruning import protected_start, prune_request
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
@@ -19,7 +19,9 @@ from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def runtime(config: Config) -> Iterator[Runtime]:
+def runtime(config: Config, storage_url: str) -> Iterator[Runtime]:
+    """On each engine: big tool results are files, or `stored_files` rows on PostgreSQL."""
+    config.storage.url = storage_url
     rt = light_runtime(config)
     yield rt
     rt.close()
@@ -110,11 +112,9 @@ async def test_pruning_changes_requests_but_never_the_stored_history(
     stubs = [m for m in last if m["role"] == "tool" and "[pruned:" in m["content"]]
     full = [m for m in last if m["role"] == "tool" and "[pruned:" not in m["content"]]
     assert len(stubs) == 4 and len(full) == 2
-    stored = runtime.conn.execute(
-        "SELECT content FROM messages WHERE role = 'tool' ORDER BY id"
-    ).fetchall()
+    stored = [m.content for m in runtime.store.messages_between(1, 0, 999) if m.role == "tool"]
     assert len(stored) == 6
-    assert all(len(row[0]) >= 2_400 and "[pruned" not in row[0] for row in stored)
+    assert all(len(content) >= 2_400 and "[pruned" not in content for content in stored)
 
 
 async def test_big_tool_result_is_stored_as_a_file_and_can_be_read_back(
@@ -136,23 +136,28 @@ async def test_big_tool_result_is_stored_as_a_file_and_can_be_read_back(
     assert reply is not None and reply.text == "read it"
     chat = runtime.store.find_chat("terminal", "big")
     assert chat is not None
-    files = list((chat_dir(runtime.config, chat) / "tool-results").iterdir())
-    assert len(files) == 1
-    assert len(files[0].read_text(encoding="utf-8")) >= 20_000
-    tool_rows = runtime.conn.execute(
-        "SELECT content FROM messages WHERE role = 'tool' ORDER BY id"
-    ).fetchall()
-    excerpt, read = tool_rows[0][0], tool_rows[1][0]
+    files = runtime.agent.files
+    [path] = files.list(f"{chat_prefix(chat)}/tool-results")
+    assert len(files.read_text(path) or "") >= 20_000
+    if runtime.storage.engine == "sqlite":  # a file an operator can open, as before
+        [on_disk] = (chat_dir(runtime.config, chat) / "tool-results").iterdir()
+        assert files.location(path) == str(on_disk.resolve())
+    excerpt, read = [m.content for m in runtime.store.history(chat.id) if m.role == "tool"]
     assert "stored in full at tool-results/" in excerpt and len(excerpt) < 1_000
     assert "line 00000" in excerpt and "[truncated:" in excerpt
     assert read.startswith("[tool-results/") and "line 00001 of the report" in read
 
 
+@pytest.mark.parametrize(
+    "path", ["../../mnemo.db", "tool-results/../../other/tool-results/x.txt", "AGENTS.md", ""]
+)
 async def test_read_tool_result_refuses_paths_outside_the_chat(
-    runtime: Runtime, fake_llm: FakeOpenAIServer
+    runtime: Runtime, fake_llm: FakeOpenAIServer, path: str
 ) -> None:
+    other = runtime.store.get_or_create_chat("terminal", "other")
+    runtime.agent.files.write_text(f"{chat_prefix(other)}/tool-results/x.txt", "another chat's")
     fake_llm.add(
-        FakeReply(tool_calls=[tool_call("read_tool_result", {"path": "../../mnemo.db"}, "c1")]),
+        FakeReply(tool_calls=[tool_call("read_tool_result", {"path": path}, "c1")]),
         FakeReply(content="ok"),
     )
     await runtime.agent.handle(Inbound("terminal", "evil", "read the db"))

@@ -103,7 +103,14 @@ async def fill(runtime: Runtime, key: str, fact: str) -> Chat:
     strategies = SqliteStrategyStore(runtime.conn)
     strategies.tag(strategies.add(chat.id, "style", f"Answer {key} briefly"), "helpful")
     keeper.files.write("chat", chat.channel, chat.external_chat_id, f"Notes about {key}.")
-    keep_tool_result(runtime.config, chat, "call_1", "big_tool", f"{key} result " + "r" * 20_000)
+    keep_tool_result(
+        runtime.config,
+        runtime.agent.files,
+        chat,
+        "call_1",
+        "big_tool",
+        f"{key} result " + "r" * 20_000,
+    )
     reflector = extension(runtime, ReflectorExtension).reflector
     reflector.runs.record(ChatRun(chat.id, ok=True, status="done", messages_seen=3))
     reflector.cursor.reset(chat.id, 5)

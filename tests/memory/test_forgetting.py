@@ -27,7 +27,7 @@ from memory.store import Tombstone
 from migrations import migrate
 from reflector.extension import ReflectorExtension
 from reflector.facts import FactWriter, PreparedFact
-from reflector.reflection import sqlite_reflector
+from reflector.stores import sqlite_reflector
 from tests.conftest import run_mnemo, write_config
 from tests.memory.conftest import Engine
 from tests.memory.test_extension import chat_id_of, memory_ext, run_tool

@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.config import StorageConfig
+from core.storage import Storage, open_storage
 from core.store import NewMessage
+from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from tests.conftest import run_mnemo, start_mnemo, write_config
+from tests.reflector.engines import query
 
 # Subprocesses skip the 5-second model load: dedup falls back to keywords there.
 NO_MODEL = '[memory]\nembedding_model = "/nonexistent/model"\n'
@@ -26,27 +28,40 @@ def facts_reply(*contents: str, delay_s: float = 0.0) -> Callable[[dict[str, obj
     return lambda request: FakeReply(content=body, delay_s=delay_s)
 
 
-def setup(tmp_path: Path, fake: FakeOpenAIServer, extra: str = "") -> tuple[Path, Path]:
+def setup(
+    tmp_path: Path, fake: FakeOpenAIServer, storage_url: str, extra: str = ""
+) -> tuple[Path, Storage]:
+    """A config on `storage_url` (either engine) and a chat with one message; the Storage
+    is the test's own view of the database, for the assertions."""
     data = tmp_path / "data"
-    config = write_config(tmp_path / "config.toml", fake.base_url, data, NO_MODEL + extra)
-    conn = connect(data / "mnemo.db")
-    store = SqliteSessionStore(conn)
+    where = f'url = "{storage_url}"\n'  # [storage], which write_config opens last
+    config = write_config(tmp_path / "config.toml", fake.base_url, data, where + NO_MODEL + extra)
+    storage = open_storage(StorageConfig(url=storage_url))
+    store = session_store(storage)
     chat = store.get_or_create_chat("terminal", "alice")
     store.append(chat.id, [NewMessage("user", "I volunteer at the animal shelter", "alice")])
-    conn.close()
-    return config, data / "mnemo.db"
+    return config, storage
 
 
-def count(db: Path, sql: str) -> int:
-    conn = connect(db)
-    try:
-        return int(conn.execute(sql).fetchone()[0])
-    finally:
-        conn.close()
+@pytest.fixture
+def opened() -> Iterator[list[Storage]]:
+    """Storages the test opened, closed at the end."""
+    storages: list[Storage] = []
+    yield storages
+    for storage in storages:
+        storage.close()
 
 
-def test_reflect_once_prints_what_it_did(tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
-    config, db = setup(tmp_path, fake_llm)
+def count(db: Storage, sql: str) -> int:
+    [(found,)] = query(db, sql)
+    return int(found)
+
+
+def test_reflect_once_prints_what_it_did(
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
+) -> None:
+    config, db = setup(tmp_path, fake_llm, storage_url)
+    opened.append(db)
     fake_llm.responder = facts_reply("Alice volunteers at the animal shelter.")
     first = run_mnemo(["reflect", "--once", "--chat", "terminal:alice"], config)
     assert first.returncode == 0, first.stderr
@@ -57,8 +72,11 @@ def test_reflect_once_prints_what_it_did(tmp_path: Path, fake_llm: FakeOpenAISer
     assert count(db, "SELECT count(*) FROM memories") == 1
 
 
-def test_reflect_rejects_bad_usage(tmp_path: Path, fake_llm: FakeOpenAIServer) -> None:
-    config, _ = setup(tmp_path, fake_llm)
+def test_reflect_rejects_bad_usage(
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
+) -> None:
+    config, db = setup(tmp_path, fake_llm, storage_url)
+    opened.append(db)
     missing = run_mnemo(["reflect", "--once", "--chat", "terminal:nobody"], config)
     assert missing.returncode == 2 and "no chat 'terminal:nobody'" in missing.stderr
     no_once = run_mnemo(["reflect"], config)
@@ -66,9 +84,10 @@ def test_reflect_rejects_bad_usage(tmp_path: Path, fake_llm: FakeOpenAIServer) -
 
 
 def test_a_failed_pass_exits_nonzero_and_keeps_the_cursor(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
 ) -> None:
-    config, db = setup(tmp_path, fake_llm)
+    config, db = setup(tmp_path, fake_llm, storage_url)
+    opened.append(db)
     fake_llm.add(FakeReply(status=503, error="overloaded"))
     failed = run_mnemo(["reflect", "--once"], config)
     assert failed.returncode == 1 and "FAILED" in failed.stdout and "overloaded" in failed.stdout
@@ -76,9 +95,10 @@ def test_a_failed_pass_exits_nonzero_and_keeps_the_cursor(
 
 
 def test_a_skipped_batch_is_a_visible_warning_in_the_pass_and_the_runs_listing(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
 ) -> None:
-    config, db = setup(tmp_path, fake_llm, "[reflector]\nmax_attempts = 1\n")
+    config, db = setup(tmp_path, fake_llm, storage_url, "[reflector]\nmax_attempts = 1\n")
+    opened.append(db)
     fake_llm.responder = lambda request: FakeReply(content="no JSON from this model")
     skipped = run_mnemo(["reflect", "--once"], config)
     assert skipped.returncode == 1
@@ -92,9 +112,10 @@ def test_a_skipped_batch_is_a_visible_warning_in_the_pass_and_the_runs_listing(
 
 
 def test_two_processes_never_reflect_on_the_same_chat(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
 ) -> None:
-    config, db = setup(tmp_path, fake_llm)
+    config, db = setup(tmp_path, fake_llm, storage_url)
+    opened.append(db)
     fake_llm.responder = facts_reply("Alice volunteers at the animal shelter.", delay_s=1.5)
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: run_mnemo(["reflect", "--once"], config), range(2)))
@@ -109,10 +130,15 @@ def test_two_processes_never_reflect_on_the_same_chat(
 
 @pytest.mark.parametrize("command", [["run"], ["reflector"]])
 def test_the_scheduler_really_fires(
-    tmp_path: Path, fake_llm: FakeOpenAIServer, command: list[str]
+    tmp_path: Path,
+    fake_llm: FakeOpenAIServer,
+    command: list[str],
+    storage_url: str,
+    opened: list[Storage],
 ) -> None:
     extra = "[reflector]\ninterval_mins = 0.01\n[terminal]\nenabled = false\n"
-    config, db = setup(tmp_path, fake_llm, extra)
+    config, db = setup(tmp_path, fake_llm, storage_url, extra)
+    opened.append(db)
     fake_llm.responder = facts_reply("Alice volunteers at the animal shelter.")
     process = start_mnemo(command, config, tmp_path)
     try:

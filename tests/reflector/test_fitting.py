@@ -5,29 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from core.config import Config
-from core.db import connect
-from core.llm import OpenAILLM
 from core.model_profile import load_profile
 from core.store import NewMessage
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, prompt_tokens_of
-from memory.sqlite_store import SqliteMemoryStore
-from reflector.reflection import Reflector, sqlite_reflector
+from reflector.reflection import Reflector
 
 MODEL = "llama3.2"  # the default [llm] model: not a hosted model, so its window is unknown
-
-
-@pytest.fixture
-def reflector(config: Config) -> Iterator[Reflector]:
-    conn = connect(config.storage.database_path)
-    made = sqlite_reflector(config, conn, OpenAILLM(config.llm), memories=SqliteMemoryStore(conn))
-    yield made
-    conn.close()
 
 
 def long_chat(reflector: Reflector, count: int, chars: int = 300) -> tuple[int, list[int]]:

@@ -8,15 +8,13 @@ from collections.abc import Callable
 
 from bots.runtime import Runtime
 from core.api import Inbound, TurnContext
-from core.config import Config
-from core.db import connect
-from core.llm import OpenAILLM
+from core.storage import Storage
 from core.store import NewMessage
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from memory.sqlite_store import SqliteMemoryStore
 from reflector.extension import ReflectorExtension
-from reflector.reflection import Reflector, sqlite_reflector
+from reflector.reflection import Reflector
 from reflector.scheduler import ReflectorService
+from tests.reflector.engines import query
 
 
 def reply_with(content: str, delay_s: float = 0.0) -> Callable[[dict[str, object]], FakeReply]:
@@ -31,15 +29,9 @@ async def wait_until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.02)
 
 
-def bare_reflector(config: Config) -> Reflector:
-    conn = connect(config.storage.database_path)
-    return sqlite_reflector(config, conn, OpenAILLM(config.llm), memories=SqliteMemoryStore(conn))
-
-
 async def test_the_service_fires_on_its_interval(
-    config: Config, fake_llm: FakeOpenAIServer
+    reflector: Reflector, fake_llm: FakeOpenAIServer
 ) -> None:
-    reflector = bare_reflector(config)
     chat = reflector.store.get_or_create_chat("terminal", "alice")
     reflector.store.append(chat.id, [NewMessage("user", "I grow tomatoes", "alice")])
     fake_llm.responder = reply_with("Alice grows tomatoes.")
@@ -52,13 +44,11 @@ async def test_the_service_fires_on_its_interval(
         await asyncio.gather(task, return_exceptions=True)
     assert reflector.cursor.position(chat.id) > 0
     assert [row.ok for row in reflector.runs.recent(chat.id)] == [True]  # later passes: idle
-    reflector.conn.close()
 
 
 async def test_shutdown_waits_for_the_pass_in_flight(
-    config: Config, fake_llm: FakeOpenAIServer
+    reflector: Reflector, fake_llm: FakeOpenAIServer, db: Storage
 ) -> None:
-    reflector = bare_reflector(config)
     chat = reflector.store.get_or_create_chat("terminal", "alice")
     ids = reflector.store.append(chat.id, [NewMessage("user", "I am a beekeeper", "alice")])
     fake_llm.responder = reply_with("Alice is a beekeeper.", delay_s=0.5)
@@ -68,9 +58,7 @@ async def test_shutdown_waits_for_the_pass_in_flight(
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert reflector.cursor.position(chat.id) == ids[-1]
-    rows = reflector.conn.execute("SELECT content FROM memories").fetchall()
-    assert rows == [("Alice is a beekeeper.",)]
-    reflector.conn.close()
+    assert query(db, "SELECT content FROM memories") == [("Alice is a beekeeper.",)]
 
 
 def find_extension(runtime: Runtime) -> ReflectorExtension:

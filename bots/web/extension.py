@@ -1,0 +1,103 @@
+"""WebExtension: the dashboard as a service of a running bot, over that bot's own parts.
+
+Registered last, it finds memory and the reflector among the extensions registered
+before it, so the dashboard ranks with the very keeper (model, caches) the turns use.
+Building it costs nothing until it serves: the web libraries load then.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+from core.api import Extension, Service
+from core.hooks import Host
+
+if TYPE_CHECKING:
+    from bots.web.dashboard import Dashboard
+    from bots.web.service import WebService
+
+logger = logging.getLogger(__name__)
+
+
+class WebExtension(Extension):
+    name = "web"
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        configured = host.config.web.token
+        if configured:
+            self.token, self.token_generated = configured, False
+        else:
+            from bots.web.auth import new_token
+
+            self.token, self.token_generated = new_token(), True
+        self._dashboard: Dashboard | None = None
+
+    def dashboard(self) -> Dashboard:
+        if self._dashboard is None:
+            from bots.web.dashboard import Dashboard
+            from bots.web.stores import dashboard_store
+            from memory.extension import MemoryExtension
+            from memory.stores import strategy_store
+            from reflector.extension import ReflectorExtension
+
+            host = self.host
+            memory = next(e for e in host.extensions if isinstance(e, MemoryExtension))
+            reflector = next(e for e in host.extensions if isinstance(e, ReflectorExtension))
+            self._dashboard = Dashboard(
+                config=host.config,
+                sessions=host.store,
+                store=dashboard_store(host.storage),
+                keeper=memory.keeper,
+                strategies=strategy_store(host.storage),
+                runs=reflector.reflector.runs,
+                cursor=reflector.reflector.cursor,
+                extensions=host.extensions,
+                planner=host.planner,
+                llm=host.llm,
+                storage=host.storage,
+            )
+        return self._dashboard
+
+    def service(self, host: str | None = None, port: int | None = None) -> WebService:
+        """The dashboard's server on `host:port` (default: `[web] host` and `port`)."""
+        from bots.web.app import build_app
+        from bots.web.service import WebService
+
+        web = self.host.config.web
+        return WebService(
+            lambda: build_app(self.dashboard(), self.token),
+            web.host if host is None else host,
+            web.port if port is None else port,
+        )
+
+    def announce(self, url: str) -> None:
+        """Say where the dashboard is; a generated token is printed (never logged)."""
+        logger.info("dashboard at %s", url)
+        if self.token_generated:
+            sys.stderr.write(
+                f"mnemo web: {url}/  token (random for this start; set [web] token or"
+                f" MNEMO_WEB_TOKEN to keep one): {self.token}\n"
+            )
+        sys.stderr.flush()
+
+    def services(self) -> list[Service]:
+        if not self.host.config.web.enabled:
+            return []
+        return [_Announced(self)]
+
+
+class _Announced:
+    """The dashboard's service inside `mnemo run`: binds, says where it is, serves."""
+
+    name = "web"
+
+    def __init__(self, extension: WebExtension) -> None:
+        self.extension = extension
+
+    async def run(self) -> None:
+        service = self.extension.service()
+        self.extension.announce(service.bind())
+        await service.run()

@@ -1,0 +1,227 @@
+"""SqliteDashboardStore: the `DashboardStore` on SQLite.
+
+Every query is plain SQL a PostgreSQL twin can copy; per-chat figures are index lookups
+(`messages (chat_id, id)`, `memories (chat_id, archived, id)`), so a page of chats costs
+the same whatever the other chats hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bots.web.store import (
+    ChatOverview,
+    CompactionMark,
+    ConversationEntry,
+    DayCount,
+    Provenance,
+    QueueDepth,
+)
+from core.db import Connection
+
+_PAGE = (
+    "SELECT c.id, c.channel, c.external_chat_id, c.title, c.kind,"
+    " (SELECT max(m.id) FROM messages m WHERE m.chat_id = c.id) AS last_id"
+    " FROM chats c {where}"
+)
+_FIGURES = (
+    "SELECT p.id, p.channel, p.external_chat_id, p.title, p.kind,"
+    " (SELECT count(*) FROM messages m WHERE m.chat_id = p.id),"
+    " (SELECT count(*) FROM memories x WHERE x.chat_id = p.id AND x.archived = 0),"
+    " coalesce((SELECT m.created_at FROM messages m WHERE m.id = p.last_id), ''),"
+    " coalesce((SELECT sum(m.token_estimate) FROM messages m"
+    "   WHERE m.chat_id = p.id AND m.id > coalesce(s.started_at_message_id, 0)), 0),"
+    " coalesce(s.summary, ''), coalesce(s.started_at_message_id, 0)"
+    " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
+)
+_BY = {"kind": "kind", "model": "model"}
+
+
+def _search(search: str) -> tuple[str, list[Any]]:
+    """The WHERE clause of a chat search: title, `channel:chat_id` or the row id."""
+    text = search.strip().lower()
+    if not text:
+        return "", []
+    like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = (
+        "WHERE lower(coalesce(c.title, '')) LIKE ? ESCAPE '\\'"
+        " OR lower(c.channel || ':' || c.external_chat_id) LIKE ? ESCAPE '\\'"
+    )
+    params: list[Any] = [like, like]
+    if text.isdigit() and len(text) < 19:
+        where += " OR c.id = ?"
+        params.append(int(text))
+    return where, params
+
+
+def _overview(row: tuple[Any, ...]) -> ChatOverview:
+    return ChatOverview(
+        id=row[0],
+        channel=row[1],
+        external_chat_id=row[2],
+        title=row[3] or "",
+        kind=row[4],
+        messages=row[5],
+        memories=row[6],
+        last_activity=row[7],
+        session_tokens=row[8],
+        summary=row[9],
+        session_start=row[10],
+    )
+
+
+def _days(rows: list[tuple[Any, ...]]) -> list[DayCount]:
+    return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]
+
+
+class SqliteDashboardStore:
+    """The dashboard's reads on one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    # -- chats -------------------------------------------------------------------------
+
+    def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
+        where, params = _search(search)
+        page = _PAGE.format(where=where) + " ORDER BY last_id IS NULL, last_id DESC, c.id DESC"
+        rows = self.conn.execute(
+            f"WITH page AS ({page} LIMIT ? OFFSET ?) {_FIGURES}"
+            " ORDER BY p.last_id IS NULL, p.last_id DESC, p.id DESC",
+            (*params, limit, offset),
+        ).fetchall()
+        return [_overview(row) for row in rows]
+
+    def count_chats(self, search: str) -> int:
+        where, params = _search(search)
+        return int(self.conn.execute(f"SELECT count(*) FROM chats c {where}", params).fetchone()[0])
+
+    def chat_overview(self, chat_id: int) -> ChatOverview | None:
+        page = _PAGE.format(where="WHERE c.id = ?")
+        row = self.conn.execute(f"WITH page AS ({page}) {_FIGURES}", (chat_id,)).fetchone()
+        return _overview(row) if row else None
+
+    # -- a conversation ----------------------------------------------------------------
+
+    def conversation(
+        self, chat_id: int, before_id: int | None, limit: int
+    ) -> list[ConversationEntry]:
+        rows = self.conn.execute(
+            "SELECT id, role, sender, content, tool_calls, created_at, compaction_id"
+            " FROM messages WHERE chat_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+            (chat_id, before_id if before_id is not None else 2**63 - 1, limit),
+        ).fetchall()
+        return [
+            ConversationEntry(
+                row[0], row[1], row[2] or "", row[3] or "", row[4] or "", row[5], row[6]
+            )
+            for row in reversed(rows)
+        ]
+
+    def chat_person(self, chat_id: int) -> str:
+        row = self.conn.execute(
+            "SELECT sender FROM messages WHERE chat_id = ? AND role = 'user'"
+            " ORDER BY id DESC LIMIT 1",
+            (chat_id,),
+        ).fetchone()
+        return str(row[0] or "") if row else ""
+
+    def compaction_marks(self, chat_id: int) -> list[CompactionMark]:
+        rows = self.conn.execute(
+            "SELECT id, trigger, status, first_message_id, last_message_id, messages_compacted,"
+            " tokens_before, tokens_after, error, created_at FROM compactions"
+            " WHERE chat_id = ? ORDER BY id",
+            (chat_id,),
+        ).fetchall()
+        return [CompactionMark(*row) for row in rows]
+
+    # -- where a memory came from ------------------------------------------------------
+
+    def provenance(self, chat_id: int | None, memory_id: int, created_at: str) -> Provenance:
+        run = message = None
+        if chat_id is not None:
+            run = self.conn.execute(
+                "SELECT id, first_message_id, last_message_id FROM reflector_runs"
+                " WHERE chat_id = ? AND status = 'done' AND started_at <= ? AND finished_at >= ?"
+                " ORDER BY id LIMIT 1",
+                (chat_id, created_at, created_at),
+            ).fetchone()
+            message = self.conn.execute(
+                "SELECT id, content FROM messages WHERE chat_id = ? AND role = 'user'"
+                " AND created_at <= ? ORDER BY id DESC LIMIT 1",
+                (chat_id, created_at),
+            ).fetchone()
+        older = self.conn.execute(
+            "SELECT old_id FROM memory_supersede_edges WHERE new_id = ? ORDER BY old_id",
+            (memory_id,),
+        ).fetchall()
+        newer = self.conn.execute(
+            "SELECT new_id FROM memory_supersede_edges WHERE old_id = ? ORDER BY new_id",
+            (memory_id,),
+        ).fetchall()
+        return Provenance(
+            run_id=run[0] if run else None,
+            run_first_message_id=run[1] if run else None,
+            run_last_message_id=run[2] if run else None,
+            message_id=message[0] if message else None,
+            message_text=message[1] if message else "",
+            supersedes=[int(row[0]) for row in older],
+            superseded_by=[int(row[0]) for row in newer],
+        )
+
+    # -- per day, for the pictures -----------------------------------------------------
+
+    def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
+        column = _BY[by]
+        rows = self.conn.execute(
+            f"SELECT substr(created_at, 1, 10) AS day, {column},"
+            " sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))"
+            f" FROM llm_usage WHERE created_at >= ? GROUP BY day, {column} ORDER BY day",
+            (since,),
+        ).fetchall()
+        return _days(rows)
+
+    def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = self._scope(chat_id)
+        rows = self.conn.execute(
+            "SELECT substr(created_at, 1, 10) AS day, 'added', count(*) FROM memories"
+            f" WHERE created_at >= ? {scope} GROUP BY day ORDER BY day",
+            (since, *params),
+        ).fetchall()
+        return _days(rows)
+
+    def memories_before(self, chat_id: int | None, since: str) -> int:
+        scope, params = self._scope(chat_id)
+        row = self.conn.execute(
+            f"SELECT count(*) FROM memories WHERE created_at < ? {scope}", (since, *params)
+        ).fetchone()
+        return int(row[0])
+
+    def reflector_runs_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = self._scope(chat_id)
+        rows = self.conn.execute(
+            "SELECT substr(finished_at, 1, 10) AS day, status, count(*) FROM reflector_runs"
+            f" WHERE finished_at >= ? {scope} GROUP BY day, status ORDER BY day",
+            (since, *params),
+        ).fetchall()
+        return _days(rows)
+
+    def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = self._scope(chat_id)
+        rows = self.conn.execute(
+            "SELECT substr(created_at, 1, 10) AS day, trigger, count(*) FROM compactions"
+            f" WHERE created_at >= ? {scope} GROUP BY day, trigger ORDER BY day",
+            (since, *params),
+        ).fetchall()
+        return _days(rows)
+
+    @staticmethod
+    def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:
+        return ("", ()) if chat_id is None else ("AND chat_id = ?", (chat_id,))
+
+    # -- health ------------------------------------------------------------------------
+
+    def queue_depth(self) -> QueueDepth:
+        pending = self.conn.execute("SELECT count(*) FROM inbox WHERE state = 'pending'")
+        undelivered = self.conn.execute("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
+        return QueueDepth(int(pending.fetchone()[0]), int(undelivered.fetchone()[0]))

@@ -1,0 +1,148 @@
+"""The dashboard's reads that the packages' own stores do not offer: `DashboardStore`.
+
+Overviews of many chats at once, a page of a conversation with its compaction marks, where
+a memory came from, and counts per day for the pictures. Only reads: every write the
+dashboard makes goes through the owning package (memory's store and quality gate, its
+forgetting, `FileMemory`). `bots.web.sqlite_store.SqliteDashboardStore` is the SQLite
+implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ChatOverview:
+    """One line of the chats page."""
+
+    id: int
+    channel: str
+    external_chat_id: str
+    title: str
+    kind: str
+    messages: int
+    memories: int
+    last_activity: str  # '' for a chat without messages
+    session_tokens: int  # stored estimate of the current session's messages
+    summary: str  # the session's summary ('' before the first compaction)
+    session_start: int  # the current session holds the messages after this id
+
+    @property
+    def key(self) -> str:
+        return f"{self.channel}:{self.external_chat_id}"
+
+
+@dataclass(frozen=True)
+class ConversationEntry:
+    """A stored message as the conversation page shows it."""
+
+    id: int
+    role: str
+    sender: str
+    content: str
+    tool_calls: str  # the JSON as stored ('' for none)
+    created_at: str
+    compaction_id: int | None
+
+
+@dataclass(frozen=True)
+class CompactionMark:
+    id: int
+    trigger: str
+    status: str
+    first_message_id: int
+    last_message_id: int
+    messages_compacted: int
+    tokens_before: int
+    tokens_after: int
+    error: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a memory came from, as far as the database can tell.
+
+    `run_id` and its message range: the reflector run that committed it (a run's memories
+    commit in its transaction, so the run's time span contains the memory's creation).
+    `message_id`: the newest user message of the chat stored before it (for `remember:` and
+    tool memories, the message that asked). Supersede links both ways.
+    """
+
+    run_id: int | None
+    run_first_message_id: int | None
+    run_last_message_id: int | None
+    message_id: int | None
+    message_text: str
+    supersedes: list[int]
+    superseded_by: list[int]
+
+
+@dataclass(frozen=True)
+class DayCount:
+    """How many of something happened on a day (UTC), split by `series`."""
+
+    day: str  # YYYY-MM-DD
+    series: str
+    value: int
+
+
+@dataclass(frozen=True)
+class QueueDepth:
+    pending_messages: int  # stored, not yet answered
+    undelivered_replies: int
+
+
+class DashboardStore(Protocol):
+    """Every read of the dashboard the other stores do not have."""
+
+    def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
+        """Chats matching `search` (title, channel:chat_id or row id; '' for all), the most
+        recently active first."""
+        ...
+
+    def count_chats(self, search: str) -> int: ...
+
+    def chat_overview(self, chat_id: int) -> ChatOverview | None: ...
+
+    def conversation(
+        self, chat_id: int, before_id: int | None, limit: int
+    ) -> list[ConversationEntry]:
+        """Up to `limit` of the chat's messages older than `before_id` (None: the newest),
+        oldest first."""
+        ...
+
+    def chat_person(self, chat_id: int) -> str:
+        """The sender name of the chat's newest user message ('' if none): whose "I" its
+        memories speak in, for a tombstone."""
+        ...
+
+    def compaction_marks(self, chat_id: int) -> list[CompactionMark]:
+        """The chat's compactions, oldest first."""
+        ...
+
+    def provenance(self, chat_id: int | None, memory_id: int, created_at: str) -> Provenance: ...
+
+    def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
+        """Prompt + completion tokens per day since `since`, by `kind` or `model`."""
+        ...
+
+    def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        """Memories created per day (series `added`), of one chat or of all."""
+        ...
+
+    def memories_before(self, chat_id: int | None, since: str) -> int:
+        """Memories created before `since` (the start of a cumulative line)."""
+        ...
+
+    def reflector_runs_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        """Reflector runs per day by status (done, failed, skipped)."""
+        ...
+
+    def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        """Compactions per day by trigger."""
+        ...
+
+    def queue_depth(self) -> QueueDepth: ...

@@ -1,0 +1,245 @@
+"""Many `mnemo run` processes on one database behind a load balancer, in webhook mode.
+
+`webhook_fleet_run` starts `processes` real bot processes that share one data directory
+(one SQLite file), each serving the webhook path on its own port behind a round-robin
+loopback proxy, and the fake Bot API, which POSTs every update to the proxy as Telegram
+would (one at a time per chat, retrying any answer but a 2xx). It pushes `chats` ×
+`messages` messages and counts, per message, how often it was stored, answered and
+delivered (`core.bench.chaos.tally`), whether each chat's messages were stored and its
+replies delivered in the order they were sent, and how many webhook requests each
+process answered. Figures, never assertions: the tests assert on them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from core.bench.chaos import (
+    MESSAGE,
+    Bot,
+    WebhookSetup,
+    echo_model,
+    push,
+    stored_conversations,
+    tally,
+    wait_delivered,
+)
+from core.bench.startup import MNEMO, bench_env, write_config
+from core.testing.fake_openai import FakeOpenAIServer
+from core.testing.fake_telegram import FakeTelegramServer
+from core.testing.round_robin_proxy import RoundRobinProxy
+
+WEBHOOK_PATH = "/telegram"
+WORKER_INTERVAL_MINS = 0.05  # every 3 s
+START_TIMEOUT_S = 180.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def chats_out_of_order(
+    pushed: set[str], storage_url: str, telegram: FakeTelegramServer
+) -> dict[str, list[str]]:
+    """Chats whose stored messages or delivered replies do not follow the order the messages
+    were sent in (each message's text carries its number): {"stored": [...], "delivered": [...]}."""
+    stored: dict[str, list[int]] = defaultdict(list)
+    for messages in stored_conversations(storage_url, pushed).values():
+        for message in messages:
+            found = MESSAGE.search(message.content or "")
+            if found is not None and message.role == "user":
+                stored[found.group(1)].append(int(found.group(2)))
+    delivered: dict[str, list[int]] = defaultdict(list)
+    for sent in list(telegram.delivered):
+        found = MESSAGE.search(str(sent.get("text", "")))
+        if found is not None:
+            delivered[found.group(1)].append(int(found.group(2)))
+    return {
+        "stored": sorted(chat for chat, numbers in stored.items() if numbers != sorted(numbers)),
+        "delivered": sorted(
+            chat for chat, numbers in delivered.items() if numbers != sorted(numbers)
+        ),
+    }
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return sum(values) - idle, sum(values)
+
+
+def delivery_doubles(delivered: list[dict[str, Any]], kill_mark: int) -> dict[str, int]:
+    """Replies delivered twice, split by whether a kill (at index `kill_mark` of the
+    deliveries; 0: none) explains them: first sent before it and again after it."""
+    seen_before: Counter[str] = Counter()
+    seen_after: Counter[str] = Counter()
+    for index, sent in enumerate(delivered):
+        found = MESSAGE.search(str(sent.get("text", "")))
+        if found is not None:
+            key = f"{found.group(1)}-{found.group(2)}"
+            (seen_before if index < kill_mark else seen_after)[key] += 1
+    across = sum(1 for key in seen_after if seen_before[key])
+    otherwise = sum(n - 1 for n in seen_before.values() if n > 1) + sum(
+        n - 1 for n in seen_after.values() if n > 1
+    )
+    return {"across_the_kill": across, "otherwise": otherwise}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a live process has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Worker:
+    """A `mnemo reflector` process on the same database, reflecting every few seconds."""
+
+    def __init__(self, work: Path, model_url: str, storage_url: str, name: str) -> None:
+        extra = (
+            f'url = "{storage_url}"\n[reflector]\nenabled = true\n'
+            f"interval_mins = {WORKER_INTERVAL_MINS}\n"
+        )
+        self.config = write_config(work / f"{name}.toml", model_url, work / "data", extra)
+        self.log = work / f"{name}.log"
+        self.work = work
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def launch(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                [*MNEMO, "--config", str(self.config), "reflector"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=bench_env(None),
+                cwd=self.work,
+            )
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def webhook_fleet_run(
+    processes: int,
+    chats: int,
+    messages: int,
+    delay_s: float,
+    timeout_s: float,
+    *,
+    storage_url: str = "",
+    workers: int = 0,
+    kill_one_after: int | None = None,
+    reflector_check: Callable[[str], tuple[int, list[str]]] = lambda storage_url: (0, []),
+) -> dict[str, Any]:
+    """Start the fleet (and `workers` reflector workers), push everything at once, wait for
+    every reply (or the timeout), SIGTERM every process; the tally, the order check, the
+    share each process served, turns per second and CPU per turn. With `kill_one_after`,
+    the last bot process gets SIGKILL once that many replies went out. `reflector_check`
+    (the reflector package can tell) counts the reflector runs and names the chats whose
+    runs overlapped in time."""
+    with (
+        FakeOpenAIServer(echo_model(delay_s)) as model,
+        FakeTelegramServer() as telegram,
+        tempfile.TemporaryDirectory(prefix="mnemo-bench-fleet-") as tmp,
+    ):
+        ports = [free_port() for _ in range(processes)]
+        with RoundRobinProxy([f"http://127.0.0.1:{port}" for port in ports]) as proxy:
+            url = f"{proxy.origin}{WEBHOOK_PATH}"
+            bots = [
+                Bot(
+                    Path(tmp),
+                    model.base_url,
+                    telegram,
+                    name=f"bot{index}",
+                    webhook=WebhookSetup(url, port),
+                    storage_url=storage_url,
+                )  # fmt: skip
+                for index, port in enumerate(ports)
+            ]
+            storage_url = bots[0].storage_url
+            reflectors = [
+                Worker(Path(tmp), model.base_url, storage_url, f"reflector{index}")
+                for index in range(workers)
+            ]
+            bots[0].start()  # alone: an empty model cache is filled once, not raced for
+            for bot in bots[1:]:
+                bot.launch()
+            telegram.wait_for(lambda tg: len(tg.sent("setWebhook")) >= processes, START_TIMEOUT_S)
+            for worker in reflectors:
+                worker.launch()
+            pids = [bot.process.pid for bot in bots if bot.process is not None]
+            cpu_before = sum(cpu_seconds(pid) for pid in pids)
+            fakes_before = time.process_time()
+            machine_before = machine_ticks()
+            began = time.perf_counter()
+            pushed = push(telegram, chats, messages)
+            killed = False
+            kill_mark = 0
+            if kill_one_after is not None:
+                telegram.wait_for(lambda tg: len(tg.delivered) >= kill_one_after, timeout_s)
+                bots[-1].kill()
+                killed = True
+                kill_mark = len(telegram.delivered)  # everything the dead process sent is before
+            wait_delivered(telegram, len(pushed), timeout_s)
+            seconds = time.perf_counter() - began
+            fakes_cpu = time.process_time() - fakes_before
+            machine_after = machine_ticks()
+            busy = (machine_after[0] - machine_before[0]) / max(
+                1, machine_after[1] - machine_before[1]
+            )
+            alive = [bot for bot in bots if bot.process is not None and bot.process.poll() is None]
+            cpu_used = sum(cpu_seconds(pid) for pid in pids if not killed) - cpu_before
+            stops = [bot.stop() for bot in alive]
+            for worker in reflectors:
+                worker.stop()
+            result = tally(pushed, storage_url, telegram)
+            disorder = chats_out_of_order(pushed, storage_url, telegram)
+            runs, reflected_at_once = reflector_check(storage_url) if workers else (0, [])
+            served = [proxy.answered[f"http://127.0.0.1:{port}"] for port in ports]
+            posts = list(telegram.webhook_posts)
+            doubles = delivery_doubles(list(telegram.delivered), kill_mark)
+    turns = result.answered
+    return {
+        **asdict(result),
+        "whole": result.whole,
+        "out_of_order": disorder,
+        "reflected_by_two_at_once": reflected_at_once,
+        "reflector_runs": runs,
+        "webhook_posts": len(posts),
+        "webhook_posts_refused": sum(1 for post in posts if not 200 <= post.status < 300),
+        "served_per_process": served,
+        "seconds": round(seconds, 2),
+        "turns_per_s": round(turns / seconds, 2) if seconds else 0.0,
+        "cpu_ms_per_turn": None if killed else round(1000 * cpu_used / max(1, turns), 1),
+        # the fake Bot API, model and proxy (this process): on the same cores as the bots
+        "fakes_cpu_ms_per_turn": round(1000 * fakes_cpu / max(1, turns), 1),
+        "machine_busy_share": round(busy, 2),  # all cores, everything on the machine
+        "killed_one": killed,
+        # replies sent before the kill and again after it (the dead process's send window:
+        # Telegram accepted them, the process died before recording it): at-least-once
+        "redelivered_after_kill": doubles["across_the_kill"],
+        # doubles that the kill does not explain (must be none)
+        "doubled_otherwise": doubles["otherwise"],
+        "sigterm_stop_s": [round(stop, 2) for stop in stops],
+    }

@@ -1,0 +1,126 @@
+"""The reflector for a `Storage`: SQLite or PostgreSQL implementations of the
+`reflector.store` Protocols, the stores it borrows from `core` and `memory`, and the
+transaction and savepoint it commits with. The engine is chosen here and nowhere else."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from core.config import Config
+from core.db import Connection, savepoint
+from core.llm import LLM
+from core.pg_db import PgDatabase
+from core.storage import Storage, sqlite_storage
+from core.stores import session_store
+from memory.store import MemoryStore
+from memory.stores import memory_store, strategy_store
+from reflector.contributors import PassContributor
+from reflector.reflection import Reflector, ReflectorStores, UnitOfWork, configured_embedder
+from reflector.store import CursorStore, LeaseStore, RunStore
+
+Clock = Callable[[], float]
+SAVEPOINT = "reflector_contributor"
+
+
+def reflector_stores(
+    config: Config,
+    storage: Storage,
+    *,
+    memories: MemoryStore | None = None,
+    clock: Clock = time.time,
+) -> ReflectorStores:
+    """Every store a reflector uses, on the engine of `storage`."""
+    sessions = session_store(storage)
+    return ReflectorStores(
+        sessions.transaction,
+        _savepoint(storage),
+        sessions,
+        memories or memory_store(storage),
+        cursor_store(storage),
+        lease_store(storage, config.reflector.lease_s, clock),
+        run_store(storage),
+    )
+
+
+def build_reflector(
+    config: Config,
+    storage: Storage,
+    llm: LLM,
+    *,
+    memories: MemoryStore | None = None,
+    contributors: Sequence[PassContributor] | None = None,
+    clock: Clock = time.time,
+) -> Reflector:
+    """A reflector on `storage`. Without `memories`, the configured embedding model is
+    loaded the first time a fact needs a vector; without `contributors`, the default ones
+    (the strategies playbook) take part in every pass."""
+    from reflector.playbook import default_contributors
+
+    stores = reflector_stores(config, storage, memories=memories, clock=clock)
+    if contributors is None:
+        contributors = default_contributors(strategy_store(storage))
+    factory = None if memories is not None else configured_embedder(config)
+    return Reflector(config, stores, llm, contributors=contributors, embedder_factory=factory)
+
+
+def sqlite_reflector(
+    config: Config,
+    db: Connection,
+    llm: LLM,
+    *,
+    memories: MemoryStore | None = None,
+    contributors: Sequence[PassContributor] = (),
+    clock: Clock = time.time,
+) -> Reflector:
+    """A reflector on one SQLite connection with only the given contributors (tests and
+    the reflector benchmark)."""
+    return build_reflector(
+        config, sqlite_storage(db), llm, memories=memories, contributors=contributors, clock=clock
+    )
+
+
+def cursor_store(storage: Storage) -> CursorStore:
+    if storage.postgres is not None:
+        from reflector.pg_store import PgCursorStore
+
+        return PgCursorStore(storage.postgres)
+    from reflector.sqlite_store import SqliteCursorStore
+
+    return SqliteCursorStore(storage.sqlite_conn)
+
+
+def lease_store(storage: Storage, lease_s: float, clock: Clock = time.time) -> LeaseStore:
+    if storage.postgres is not None:
+        from reflector.pg_store import PgLeaseStore
+
+        return PgLeaseStore(storage.postgres, lease_s, clock)
+    from reflector.sqlite_store import SqliteLeaseStore
+
+    return SqliteLeaseStore(storage.sqlite_conn, lease_s, clock)
+
+
+def run_store(storage: Storage) -> RunStore:
+    if storage.postgres is not None:
+        from reflector.pg_store import PgRunStore
+
+        return PgRunStore(storage.postgres)
+    from reflector.sqlite_store import SqliteRunStore
+
+    return SqliteRunStore(storage.sqlite_conn)
+
+
+def _savepoint(storage: Storage) -> UnitOfWork:
+    if storage.postgres is not None:
+        return lambda: _pg_savepoint(storage.pg)
+    conn = storage.sqlite_conn
+    return lambda: savepoint(conn, SAVEPOINT)
+
+
+@contextmanager
+def _pg_savepoint(db: PgDatabase) -> Iterator[Any]:
+    """psycopg's nested `transaction()` inside the open one is a SAVEPOINT."""
+    with db.connection() as conn, conn.transaction():
+        yield conn

@@ -1,0 +1,53 @@
+"""Test helpers for running the reflector's tests on both engines: raw SQL for assertions
+(`?` placeholders, turned into psycopg's `%s` on PostgreSQL) and a chat with messages."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from core.db import transaction as sqlite_transaction
+from core.storage import Storage
+
+
+def query(storage: Storage, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Every row of `sql` on either engine."""
+    if storage.postgres is not None:
+        return storage.postgres.read(sql.replace("?", "%s"), params)
+    return storage.sqlite_conn.execute(sql, params).fetchall()
+
+
+def execute(storage: Storage, sql: str, params: Sequence[Any] = ()) -> None:
+    """One committed write on either engine."""
+    if storage.postgres is not None:
+        storage.postgres.write(sql.replace("?", "%s"), params)
+    else:
+        storage.sqlite_conn.execute(sql, params)
+
+
+def transaction(storage: Storage) -> AbstractContextManager[Any]:
+    """One unit of work on either engine."""
+    if storage.postgres is not None:
+        return storage.postgres.transaction()
+    return sqlite_transaction(storage.sqlite_conn)
+
+
+def chat_with_messages(storage: Storage, name: str, count: int) -> tuple[int, list[int]]:
+    """A terminal chat with `count` user messages (written as rows: the tests of the
+    reflector's own stores need no session store)."""
+    [(chat_id,)] = query(
+        storage,
+        "INSERT INTO chats (channel, external_chat_id) VALUES ('terminal', ?) RETURNING id",
+        (name,),
+    )
+    ids = [
+        query(
+            storage,
+            "INSERT INTO messages (chat_id, role, sender, content) VALUES (?, 'user', 'u', ?)"
+            " RETURNING id",
+            (chat_id, f"m{i}"),
+        )[0][0]
+        for i in range(count)
+    ]
+    return int(chat_id), [int(i) for i in ids]

@@ -1,0 +1,122 @@
+"""What each page shows: chats and their search, the conversation with compactions marked,
+memories ranked as a turn ranks them, strategies, reflector runs with their failures, the
+next request section by section, the pictures and health. Reading changes nothing."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from core.api import Inbound
+from core.summary import SUMMARY_MARKER
+from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from memory.strategies.sqlite_store import SqliteStrategyStore
+from reflector.extension import ReflectorExtension
+from reflector.store import ChatRun
+from tests.web.conftest import Site, say
+from tests.web.test_security import pages_of
+
+SUMMARY = (
+    "## Goal\nTalk about cats.\n## Constraints and preferences\nShort.\n## Progress\nSome."
+    "\n## Key decisions\nNone.\n## Next steps\nGo on.\n## Critical context\nMiso naps a lot."
+)
+
+
+def summaries_and_echo(request: dict[str, Any]) -> FakeReply:
+    if request["messages"][0]["content"].startswith(SUMMARY_MARKER):
+        return FakeReply(SUMMARY)
+    return echo_responder(request)
+
+
+async def test_the_chats_page_lists_and_searches_chats(site: Site) -> None:
+    await site.login()
+    page = await site.client.get("/")
+    assert (
+        f'href="/chats/{site.ann.id}"' in page.text and f'href="/chats/{site.bob.id}"' in page.text
+    )
+    assert "low" in page.text  # pressure
+    for query in ("bob", "terminal:bo", str(site.bob.id)):
+        found = await site.client.get("/", params={"q": query})
+        assert f'href="/chats/{site.bob.id}"' in found.text, query
+        assert f'href="/chats/{site.ann.id}"' not in found.text, query
+    none = await site.client.get("/", params={"q": "100%_"})
+    assert "No chat matches" in none.text
+
+
+async def test_recall_ranks_with_the_bots_own_ranker(site: Site) -> None:
+    await site.login()
+    question = "where does my sister live?"
+    page = await site.client.get(f"/chats/{site.ann.id}/memories", params={"q": question})
+    recall = page.text.split("<h2>Memories")[0]
+    shown = [int(i) for i in re.findall(r'<td><a href="/chats/\d+/memories/(\d+)">#', recall)]
+    ranked = [item.memory.id for item in site.keeper.rank(site.ann.id, question, 20)]
+    assert shown == ranked and ranked  # the recall table lists exactly the ranking
+    assert "[PROFILE] my sister lives in Porto" in page.text  # the injected block
+
+
+async def test_the_conversation_marks_compactions_and_the_summary(
+    site: Site, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = summaries_and_echo
+    for n in range(10):
+        await say(site.runtime, "ann", f"turn {n} about Miso: " + "w" * 200, "Ann")
+    reply = await site.runtime.dispatcher(Inbound("terminal", "ann", "/compact", "u-ann", "Ann"))
+    assert reply is not None and reply.text.startswith("Compacted")
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}")
+    assert "compaction #1 (command, summarised)" in page.text
+    assert "compacted (#1)" in page.text and "Miso naps a lot." in page.text
+    assert "the current session starts here" in page.text
+
+
+async def test_strategies_and_reflector_runs_with_their_failures(site: Site) -> None:
+    strategies = SqliteStrategyStore(site.runtime.conn)
+    strategy = strategies.add(site.ann.id, "style", "Short answers land better with Ann")
+    strategies.tag(strategy, "helpful")
+    strategies.tag(strategy, "helpful")
+    [reflector] = [e for e in site.runtime.extensions if isinstance(e, ReflectorExtension)]
+    runs = reflector.reflector.runs
+    runs.record(ChatRun(site.ann.id, ok=True, status="done", messages_seen=4, added=2))
+    runs.record(
+        ChatRun(site.ann.id, ok=False, status="failed", error="the model timed out after 60 s")
+    )
+    runs.record(ChatRun(site.bob.id, ok=False, status="failed", error="Bob's own failure"))
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}/strategies")
+    assert "Short answers land better with Ann" in page.text and "PROMOTED" in page.text
+    page = await site.client.get(f"/chats/{site.ann.id}/reflector")
+    assert "the model timed out after 60 s" in page.text and "failed" in page.text
+    assert "Bob" not in page.text and page.text.count("<svg") >= 2
+
+
+async def test_the_context_page_shows_each_section_and_its_share(site: Site) -> None:
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}/context")
+    assert 'class="sharebar"' in page.text
+    for part in ("static prefix", "history", "memories", "kept for the answer"):
+        assert part in page.text, part
+    assert "[PROFILE] my cat is called Miso" in page.text and "Felix" not in page.text
+
+
+async def test_the_pictures_and_health(site: Site) -> None:
+    await site.login()
+    pictures = await site.client.get("/pictures")
+    assert pictures.text.count("<svg") >= 5
+    assert ">turn<" in pictures.text  # the usage kind in the legend
+    assert site.runtime.config.llm.model in pictures.text or "fake-model" in pictures.text
+    health = await site.client.get("/health")
+    for line in ("database", "embedding model", "memory ranking", "context window", "queue"):
+        assert line.lower() in health.text.lower(), line
+
+
+async def test_reading_every_page_writes_nothing(site: Site) -> None:
+    await site.login()
+    conn = site.runtime.conn
+    strategies = SqliteStrategyStore(conn)
+    promoted = strategies.add(site.ann.id, "style", "Lists work for Ann")
+    strategies.tag(promoted, "helpful")
+    strategies.tag(promoted, "helpful")  # promoted: the context page reads it
+    before = conn.total_changes
+    for path in pages_of(site):
+        assert (await site.client.get(path)).status_code == 200, path
+    assert conn.total_changes == before
