@@ -27,7 +27,6 @@ from memory import pg_index_store as index
 from memory import pg_tombstone_store as tombstones
 from memory.embeddings import Embedder
 from memory.index_store import embedding_text
-from memory.sqlite_store import memory_from_row
 from memory.store import (
     MAX_CONTENT_CHARS,
     MAX_MEMORY_ID,
@@ -44,6 +43,7 @@ from memory.store import (
     clean_category,
     clean_content,
     clean_expiry,
+    memory_from_row,
     scope_of,
 )
 from memory.terms import jaccard_sets, tokens

@@ -25,7 +25,8 @@ def register_commands(cli: click.Group) -> None:
 
 def extension(host: Host) -> Extension:
     from memory.extension import MemoryExtension
-    from memory.stores import file_memory, memory_store
+    from memory.files import FileMemory
+    from memory.stores import memory_store
 
-    files = file_memory(host.storage, host.config.storage.data_dir)
+    files = FileMemory(host.files)  # the data dir, or `stored_files` on PostgreSQL
     return MemoryExtension(host.config, memory_store(host.storage), files=files)

@@ -33,6 +33,7 @@ from memory.store import (
     clean_category,
     clean_content,
     clean_expiry,
+    memory_from_row,
     scope_of,
 )
 from memory.terms import jaccard_sets, tokens
@@ -44,13 +45,6 @@ _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
-
-
-def memory_from_row(row: tuple[Any, ...]) -> Memory:
-    return Memory(
-        row[0], row[1], row[2], row[3], float(row[4]), row[5] or "", row[6], row[7], row[8],
-        bool(row[9]), row[10], row[11], row[12] or "", row[13] or "", row[14] or "",
-    )  # fmt: skip
 
 
 class SqliteMemoryStore:

@@ -94,6 +94,14 @@ class Changes:
     pruned_through: int  # 0 unless the log lost entries the lists may not have seen
 
 
+def memory_from_row(row: Sequence[Any]) -> Memory:
+    """A `Memory` from a row of the columns in table order (both engines select them so)."""
+    return Memory(
+        row[0], row[1], row[2], row[3], float(row[4]), row[5] or "", row[6], row[7], row[8],
+        bool(row[9]), row[10], row[11], row[12] or "", row[13] or "", row[14] or "",
+    )  # fmt: skip
+
+
 def display_name(name: str) -> str:
     """A sender's name as a memory line shows it: one line, no brackets or tags, short."""
     text = " ".join(re.sub(r"[\[\]<>]", " ", name).split())

@@ -180,28 +180,11 @@ def bench_memory(
 
 
 def _bench_storage(work: Path, url: str | None) -> Storage:
-    """A throwaway SQLite file, or the PostgreSQL database `url` with memory's tables."""
-    from core.db import connect
+    """A throwaway SQLite file, or the (migrated) PostgreSQL database `url`."""
+    from core.config import StorageConfig
+    from core.storage import open_storage
 
-    if url is None:
-        return Storage(sqlite=connect(work / "bench.db"))
-    from core.pg_db import PgDatabase
-    from migrations import all_migrations
-
-    db = PgDatabase(url, migrate=False)
-    if all(migration.apply_postgresql for migration in all_migrations()):
-        db.migrate()
-    else:  # until every package has its PostgreSQL migrations: the tables ranking reads
-        with db.transaction() as conn:
-            if db.info.vector_loaded:
-                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            from migrations import PG_NOW_FUNCTION
-
-            conn.execute(PG_NOW_FUNCTION)
-            for migration in all_migrations():
-                if migration.number in (1, 2, 5, 6, 7, 12) and migration.apply_postgresql:
-                    migration.apply_postgresql(conn)
-    return Storage(postgres=db)
+    return open_storage(StorageConfig(url=url or f"sqlite:///{work / 'bench.db'}"))
 
 
 def _bench_memory_on(

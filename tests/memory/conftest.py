@@ -1,16 +1,9 @@
-"""The memory store tests on both engines: `engine` is a migrated SQLite file or PostgreSQL
-database with helpers that peek at what each engine keeps (vector rows, chats).
-
-Until every package's PostgreSQL migrations exist, the PostgreSQL side applies only the
-migrations memory's tables need (m0001, memory's own, m0013) plus the reflector's
-`memory_supersede_edges` table as m0003 defines it; once m0003 has `apply_postgresql`, it is
-used instead, and after the merge `engine` can open its database with the shared `storage`
-fixture.
-"""
+"""The memory store tests on both engines: `engine` wraps the shared `storage` fixture (a
+migrated SQLite file or PostgreSQL database) with helpers that peek at what each engine
+keeps (vector rows, the change log) and a way to open a second connection."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,51 +12,24 @@ import pytest
 
 from core.db import connect
 from core.pg_db import PgDatabase
-from core.sqlite_store import SqliteSessionStore
 from core.storage import Storage
+from core.stores import session_store
 from memory.embeddings import Embedder
 from memory.store import MemoryStore
 from memory.stores import memory_store
-from migrations import PG_NOW_FUNCTION, all_migrations, m0003_reflector
-
-MEMORY_MIGRATIONS = {1, 2, 5, 6, 7, 12, 13}
-SUPERSEDE_EDGES = """CREATE TABLE memory_supersede_edges (
-    old_id BIGINT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
-    new_id BIGINT NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
-    created_at TEXT NOT NULL DEFAULT mnemo_now(),
-    PRIMARY KEY (old_id, new_id)
-)"""
 
 
 def memory_pg_database(url: str) -> PgDatabase:
-    """A PostgreSQL database with the tables the memory package uses."""
-    return _migrated(PgDatabase(url, migrate=False))
-
-
-def _migrated(db: PgDatabase) -> PgDatabase:
-    if all(m.apply_postgresql is not None for m in all_migrations()):
-        db.migrate()
-        return db
-    with db.transaction() as conn:
-        conn.execute(PG_NOW_FUNCTION)
-        if db.info.vector_loaded:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        for migration in all_migrations():
-            if migration.number in MEMORY_MIGRATIONS and migration.apply_postgresql:
-                migration.apply_postgresql(conn)
-        reflector = getattr(m0003_reflector, "apply_postgresql", None)
-        if reflector is not None:
-            reflector(conn)
-        else:
-            conn.execute(SUPERSEDE_EDGES)
-    return db
+    """A migrated PostgreSQL database (the server's pgvector as it is)."""
+    return PgDatabase(url)
 
 
 def without_pgvector(url: str) -> Storage:
     """A PostgreSQL database as on a server without pgvector (the store sees no extension)."""
     db = PgDatabase(url, migrate=False)
     db.info = replace(db.info, vector_version=None, vector_error="not installed (test)")
-    return Storage(postgres=_migrated(db))
+    db.migrate()
+    return Storage(postgres=db)
 
 
 @dataclass
@@ -81,16 +47,7 @@ class Engine:
         return memory_store(self.storage, embedder)
 
     def chat(self, name: str) -> int:
-        if self.storage.sqlite is not None:
-            return SqliteSessionStore(self.storage.sqlite).get_or_create_chat("test", name).id
-        row = self.storage.pg.read_one(  # until PgSessionStore lands (pgcore)
-            "INSERT INTO chats (channel, external_chat_id) VALUES ('test', %s)"
-            " ON CONFLICT (channel, external_chat_id) DO UPDATE SET title = chats.title"
-            " RETURNING id",
-            (name,),
-        )
-        assert row is not None
-        return int(row[0])
+        return session_store(self.storage).get_or_create_chat("test", name).id
 
     def another_connection(self) -> Storage:
         """A second connection (pool) to the same database, as another process has."""
@@ -134,14 +91,7 @@ class Engine:
         return str(meta["embedding_model"]), int(meta["embedding_dim"])
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+@pytest.fixture
+def engine(storage: Storage, tmp_path: Path) -> Engine:
     """The memory tables on each engine: a test using it runs on SQLite and PostgreSQL."""
-    if request.param == "sqlite":
-        storage = Storage(sqlite=connect(tmp_path / "mnemo.db"))
-    else:
-        storage = Storage(
-            postgres=memory_pg_database(request.getfixturevalue("fresh_postgres_url"))
-        )
-    yield Engine(storage, tmp_path / "data")
-    storage.close()
+    return Engine(storage, tmp_path / "data")
