@@ -1,12 +1,237 @@
-"""PostgreSQL `DashboardStore` (placeholder until it lands)."""
+"""PgDashboardStore: the `DashboardStore` on PostgreSQL.
+
+The same queries as `bots.web.sqlite_store` (timestamps are ISO text on both engines, so a
+day is `substr(created_at, 1, 10)` here too) on the same indexes (`messages (chat_id, id)`,
+`memories (chat_id, archived, id)`, `compactions (chat_id, id)`, …). Where SQLite asks
+several cheap questions in a row, this store asks them in one statement, since each is a
+round trip to the server: a memory's provenance and the queue depth are one query each.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from core.errors import StorageError
+from bots.web.store import (
+    ChatOverview,
+    CompactionMark,
+    ConversationEntry,
+    DayCount,
+    Provenance,
+    QueueDepth,
+)
+from core.pg_db import PgDatabase
+
+_PAGE = (
+    "SELECT c.id, c.channel, c.external_chat_id, c.title, c.kind,"
+    " (SELECT max(m.id) FROM messages m WHERE m.chat_id = c.id) AS last_id"
+    " FROM chats c {where}"
+)
+_FIGURES = (
+    "SELECT p.id, p.channel, p.external_chat_id, p.title, p.kind,"
+    " (SELECT count(*) FROM messages m WHERE m.chat_id = p.id),"
+    " (SELECT count(*) FROM memories x WHERE x.chat_id = p.id AND x.archived = 0),"
+    " coalesce((SELECT m.created_at FROM messages m WHERE m.id = p.last_id), ''),"
+    " coalesce((SELECT sum(m.token_estimate) FROM messages m"
+    "   WHERE m.chat_id = p.id AND m.id > coalesce(s.started_at_message_id, 0)), 0),"
+    " coalesce(s.summary, ''), coalesce(s.started_at_message_id, 0)"
+    " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
+)
+# Active chats first, the newest activity first (`DESC NULLS LAST`: SQLite's `last_id IS NULL`;
+# PostgreSQL does not take an output column's name inside an ORDER BY expression).
+_PAGE_ORDER = " ORDER BY last_id DESC NULLS LAST, c.id DESC"
+_FIGURES_ORDER = " ORDER BY p.last_id DESC NULLS LAST, p.id DESC"
+_BY = {"kind": "kind", "model": "model"}
+# A memory's run, its asking message and its supersede links in one round trip; a NULL
+# chat (a global memory) matches no run and no message.
+_PROVENANCE = (
+    "SELECT r.id, r.first_message_id, r.last_message_id, q.id, q.content,"
+    " ARRAY(SELECT e.old_id FROM memory_supersede_edges e"
+    "   WHERE e.new_id = %(memory)s ORDER BY e.old_id),"
+    " ARRAY(SELECT e.new_id FROM memory_supersede_edges e"
+    "   WHERE e.old_id = %(memory)s ORDER BY e.new_id)"
+    " FROM (SELECT 1) AS one"
+    " LEFT JOIN LATERAL (SELECT id, first_message_id, last_message_id FROM reflector_runs"
+    "   WHERE chat_id = %(chat)s AND status = 'done'"
+    "   AND started_at <= %(at)s AND finished_at >= %(at)s ORDER BY id LIMIT 1) r ON true"
+    " LEFT JOIN LATERAL (SELECT id, content FROM messages"
+    "   WHERE chat_id = %(chat)s AND role = 'user' AND created_at <= %(at)s"
+    "   ORDER BY id DESC LIMIT 1) q ON true"
+)
+
+
+def _search(search: str) -> tuple[str, list[Any]]:
+    """The WHERE clause of a chat search: title, `channel:chat_id` or the row id."""
+    text = search.strip().lower()
+    if not text:
+        return "", []
+    like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = (
+        "WHERE lower(coalesce(c.title, '')) LIKE %s ESCAPE '\\'"
+        " OR lower(c.channel || ':' || c.external_chat_id) LIKE %s ESCAPE '\\'"
+    )
+    params: list[Any] = [like, like]
+    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
+        where += " OR c.id = %s"
+        params.append(int(text))
+    return where, params
+
+
+def _overview(row: tuple[Any, ...]) -> ChatOverview:
+    return ChatOverview(
+        id=int(row[0]),
+        channel=row[1],
+        external_chat_id=row[2],
+        title=row[3] or "",
+        kind=row[4],
+        messages=int(row[5]),
+        memories=int(row[6]),
+        last_activity=row[7],
+        session_tokens=int(row[8]),
+        summary=row[9],
+        session_start=int(row[10]),
+    )
+
+
+def _days(rows: list[tuple[Any, ...]]) -> list[DayCount]:
+    return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]
+
+
+def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:
+    return ("", ()) if chat_id is None else ("AND chat_id = %s", (chat_id,))
 
 
 class PgDashboardStore:
-    def __init__(self, db: Any) -> None:
-        raise StorageError("the dashboard does not read PostgreSQL yet")
+    """The dashboard's reads on a `PgDatabase` (inside an open transaction, on its connection)."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
+
+    # -- chats -------------------------------------------------------------------------
+
+    def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
+        where, params = _search(search)
+        page = _PAGE.format(where=where) + _PAGE_ORDER
+        rows = self.db.read(
+            f"WITH page AS ({page} LIMIT %s OFFSET %s) {_FIGURES}{_FIGURES_ORDER}",
+            (*params, limit, offset),
+        )
+        return [_overview(row) for row in rows]
+
+    def count_chats(self, search: str) -> int:
+        where, params = _search(search)
+        row = self.db.read_one(f"SELECT count(*) FROM chats c {where}", params)
+        return int(row[0]) if row else 0
+
+    def chat_overview(self, chat_id: int) -> ChatOverview | None:
+        page = _PAGE.format(where="WHERE c.id = %s")
+        row = self.db.read_one(f"WITH page AS ({page}) {_FIGURES}", (chat_id,))
+        return _overview(row) if row else None
+
+    # -- a conversation ----------------------------------------------------------------
+
+    def conversation(
+        self, chat_id: int, before_id: int | None, limit: int
+    ) -> list[ConversationEntry]:
+        before, params = ("", (chat_id, limit)) if before_id is None else (
+            " AND id < %s", (chat_id, before_id, limit)
+        )  # fmt: skip
+        rows = self.db.read(
+            "SELECT id, role, sender, content, tool_calls, created_at, compaction_id"
+            f" FROM messages WHERE chat_id = %s{before} ORDER BY id DESC LIMIT %s",
+            params,
+        )
+        return [
+            ConversationEntry(
+                int(row[0]), row[1], row[2] or "", row[3] or "", row[4] or "", row[5], row[6]
+            )
+            for row in reversed(rows)
+        ]
+
+    def chat_person(self, chat_id: int) -> str:
+        row = self.db.read_one(
+            "SELECT sender FROM messages WHERE chat_id = %s AND role = 'user'"
+            " ORDER BY id DESC LIMIT 1",
+            (chat_id,),
+        )
+        return str(row[0] or "") if row else ""
+
+    def compaction_marks(self, chat_id: int) -> list[CompactionMark]:
+        rows = self.db.read(
+            "SELECT id, trigger, status, first_message_id, last_message_id, messages_compacted,"
+            " tokens_before, tokens_after, error, created_at FROM compactions"
+            " WHERE chat_id = %s ORDER BY id",
+            (chat_id,),
+        )
+        return [CompactionMark(*row) for row in rows]
+
+    # -- where a memory came from ------------------------------------------------------
+
+    def provenance(self, chat_id: int | None, memory_id: int, created_at: str) -> Provenance:
+        row = self.db.read_one(
+            _PROVENANCE, {"memory": memory_id, "chat": chat_id, "at": created_at}
+        )
+        assert row is not None  # FROM (SELECT 1): always one row
+        return Provenance(
+            run_id=row[0],
+            run_first_message_id=row[1],
+            run_last_message_id=row[2],
+            message_id=row[3],
+            message_text=row[4] if row[3] is not None else "",
+            supersedes=[int(value) for value in row[5]],
+            superseded_by=[int(value) for value in row[6]],
+        )
+
+    # -- per day, for the pictures -----------------------------------------------------
+
+    def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
+        column = _BY[by]
+        rows = self.db.read(
+            f"SELECT substr(created_at, 1, 10) AS day, {column},"
+            " sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))"
+            f" FROM llm_usage WHERE created_at >= %s GROUP BY day, {column} ORDER BY day",
+            (since,),
+        )
+        return _days(rows)
+
+    def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
+            "SELECT substr(created_at, 1, 10) AS day, 'added', count(*) FROM memories"
+            f" WHERE created_at >= %s {scope} GROUP BY day ORDER BY day",
+            (since, *params),
+        )
+        return _days(rows)
+
+    def memories_before(self, chat_id: int | None, since: str) -> int:
+        scope, params = _scope(chat_id)
+        row = self.db.read_one(
+            f"SELECT count(*) FROM memories WHERE created_at < %s {scope}", (since, *params)
+        )
+        return int(row[0]) if row else 0
+
+    def reflector_runs_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
+            "SELECT substr(finished_at, 1, 10) AS day, status, count(*) FROM reflector_runs"
+            f" WHERE finished_at >= %s {scope} GROUP BY day, status ORDER BY day",
+            (since, *params),
+        )
+        return _days(rows)
+
+    def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
+            "SELECT substr(created_at, 1, 10) AS day, trigger, count(*) FROM compactions"
+            f" WHERE created_at >= %s {scope} GROUP BY day, trigger ORDER BY day",
+            (since, *params),
+        )
+        return _days(rows)
+
+    # -- health ------------------------------------------------------------------------
+
+    def queue_depth(self) -> QueueDepth:
+        row = self.db.read_one(
+            "SELECT (SELECT count(*) FROM inbox WHERE state = 'pending'),"
+            " (SELECT count(*) FROM outbox WHERE delivered_at IS NULL)"
+        )
+        return QueueDepth(int(row[0]), int(row[1])) if row else QueueDepth(0, 0)

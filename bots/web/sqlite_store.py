@@ -48,7 +48,7 @@ def _search(search: str) -> tuple[str, list[Any]]:
         " OR lower(c.channel || ':' || c.external_chat_id) LIKE ? ESCAPE '\\'"
     )
     params: list[Any] = [like, like]
-    if text.isdigit() and len(text) < 19:
+    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
         where += " OR c.id = ?"
         params.append(int(text))
     return where, params

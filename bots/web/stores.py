@@ -10,7 +10,7 @@ def dashboard_store(storage: Storage) -> DashboardStore:
     if storage.postgres is not None:
         from bots.web.pg_store import PgDashboardStore
 
-        return PgDashboardStore(storage.postgres)  # type: ignore[return-value]
+        return PgDashboardStore(storage.postgres)
     from bots.web.sqlite_store import SqliteDashboardStore
 
     return SqliteDashboardStore(storage.sqlite_conn)

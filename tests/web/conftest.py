@@ -1,5 +1,9 @@
 """The dashboard's fixtures: a started runtime with two chats that say similar things, its
-dashboard app, and an HTTP client that speaks to the app as a browser would."""
+dashboard app, and an HTTP client that speaks to the app as a browser would.
+
+The runtime is on SQLite unless a test asks for both engines with `ON_BOTH_ENGINES` (a
+module's `pytestmark`, or one test's mark): then it runs once on SQLite and once on a fresh
+PostgreSQL database, with the dashboard reading through `PgDashboardStore`."""
 
 from __future__ import annotations
 
@@ -14,9 +18,14 @@ from bots.runtime import Runtime
 from bots.web.app import build_app
 from bots.web.extension import WebExtension
 from core.api import Chat, Inbound
+from core.config import Config
+from core.storage import Storage
 from memory.extension import MemoryExtension
 from memory.keeper import MemoryKeeper
 
+ON_BOTH_ENGINES = pytest.mark.parametrize(
+    "web_storage_url", ["sqlite", "postgresql"], indirect=True
+)
 TOKEN = "test-token-3f9a"
 ORIGIN = "http://127.0.0.1:8765"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -62,6 +71,23 @@ async def say(runtime: Runtime, chat_id: str, text: str, name: str) -> None:
 
 
 @pytest.fixture
+def web_storage_url(request: pytest.FixtureRequest) -> str | None:
+    """`[storage] url` of the test's runtime: None (the default SQLite file) unless the test
+    is parametrized by `ON_BOTH_ENGINES`."""
+    engine = getattr(request, "param", None)
+    if engine == "postgresql":
+        return str(request.getfixturevalue("fresh_postgres_url"))
+    return None
+
+
+@pytest.fixture
+def config(config: Config, web_storage_url: str | None) -> Config:
+    if web_storage_url is not None:
+        config.storage.url = web_storage_url
+    return config
+
+
+@pytest.fixture
 async def site(runtime: Runtime) -> AsyncIterator[Site]:
     """Ann and Bob each have a cat and tell the bot its name; Bob's chat also has notes."""
     await say(runtime, "ann", "remember: my cat is called Miso", "Ann")
@@ -79,3 +105,19 @@ async def site(runtime: Runtime) -> AsyncIterator[Site]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as client:
         yield Site(runtime, client, ann, bob)
+
+
+def written_rows(storage: Storage) -> object:
+    """What a write would change. SQLite: the connection's count of changed rows. PostgreSQL
+    (a pool of connections, no such counter): every row of every table with its `xmin`, the
+    transaction that wrote it, so that even an update to the same values shows."""
+    if storage.sqlite is not None:
+        return storage.sqlite.total_changes
+    db = storage.pg
+    tables = db.read(
+        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
+    )
+    return {
+        table: sorted(repr(row) for row in db.read(f'SELECT xmin::text, * FROM "{table}"'))
+        for (table,) in tables
+    }

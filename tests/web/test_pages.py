@@ -10,11 +10,13 @@ from typing import Any
 from core.api import Inbound
 from core.summary import SUMMARY_MARKER
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.stores import strategy_store
 from reflector.extension import ReflectorExtension
 from reflector.store import ChatRun
-from tests.web.conftest import Site, say
+from tests.web.conftest import ON_BOTH_ENGINES, Site, say, written_rows
 from tests.web.test_security import pages_of
+
+pytestmark = ON_BOTH_ENGINES
 
 SUMMARY = (
     "## Goal\nTalk about cats.\n## Constraints and preferences\nShort.\n## Progress\nSome."
@@ -70,7 +72,7 @@ async def test_the_conversation_marks_compactions_and_the_summary(
 
 
 async def test_strategies_and_reflector_runs_with_their_failures(site: Site) -> None:
-    strategies = SqliteStrategyStore(site.runtime.conn)
+    strategies = strategy_store(site.runtime.storage)
     strategy = strategies.add(site.ann.id, "style", "Short answers land better with Ann")
     strategies.tag(strategy, "helpful")
     strategies.tag(strategy, "helpful")
@@ -111,12 +113,13 @@ async def test_the_pictures_and_health(site: Site) -> None:
 
 async def test_reading_every_page_writes_nothing(site: Site) -> None:
     await site.login()
-    conn = site.runtime.conn
-    strategies = SqliteStrategyStore(conn)
+    strategies = strategy_store(site.runtime.storage)
     promoted = strategies.add(site.ann.id, "style", "Lists work for Ann")
     strategies.tag(promoted, "helpful")
     strategies.tag(promoted, "helpful")  # promoted: the context page reads it
-    before = conn.total_changes
+    before = written_rows(site.runtime.storage)
     for path in pages_of(site):
         assert (await site.client.get(path)).status_code == 200, path
-    assert conn.total_changes == before
+    assert written_rows(site.runtime.storage) == before
+    site.keeper.store.touch(site.memory_id(site.ann, "Miso"))
+    assert written_rows(site.runtime.storage) != before  # the check does see a write

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import ORIGIN, TOKEN, Site
+from tests.web.conftest import ON_BOTH_ENGINES, ORIGIN, TOKEN, Site
 
 
 def pages_of(site: Site) -> list[str]:
@@ -110,6 +110,7 @@ async def test_logging_out_ends_the_session(site: Site) -> None:
     assert (await site.client.get("/")).status_code == 303
 
 
+@ON_BOTH_ENGINES
 async def test_one_chats_pages_never_show_another_chats_data(site: Site) -> None:
     await site.login()
     for path in pages_of(site):
