@@ -150,6 +150,7 @@ def webhook_fleet_run(
     storage_url: str = "",
     workers: int = 0,
     kill_one_after: int | None = None,
+    max_messages_per_second: float = 30.0,
     reflector_check: Callable[[str], tuple[int, list[str]]] = lambda storage_url: (0, []),
 ) -> dict[str, Any]:
     """Start the fleet (and `workers` reflector workers), push everything at once, wait for
@@ -174,6 +175,7 @@ def webhook_fleet_run(
                     name=f"bot{index}",
                     webhook=WebhookSetup(url, port),
                     storage_url=storage_url,
+                    max_messages_per_second=max_messages_per_second,
                 )  # fmt: skip
                 for index, port in enumerate(ports)
             ]

@@ -2,7 +2,8 @@
 
 Each run is a webhook fleet (`core.bench.fleet`): N real `mnemo run` processes behind a
 round-robin proxy, the fake Bot API delivering `--chats` × `--messages` messages at once,
-a fake model answering in `--delay` s. Runs: one process on SQLite, then 1, 2 and more
+a fake model answering in `--delay` s, each process sending up to `--send-rate` messages a
+second (Telegram lets a bot send about 30; that cap is not what is measured here). Runs: one process on SQLite, then 1, 2 and more
 processes than cores on PostgreSQL (a fresh database each). For each: turns per second
 (answered messages / seconds from the first push to the last delivery) and CPU ms per turn
 (user + system time of the bot processes while they worked, divided by the turns; the
@@ -113,6 +114,13 @@ def migrate_rate(new_database: Any, messages: int) -> dict[str, Any]:
 @click.option("--processes", default="1,2,4", show_default=True, help="PostgreSQL fleet sizes.")
 @click.option("--postgres-url", default=None, help="An empty PostgreSQL database to use.")
 @click.option("--migrate-messages", default=100_000, show_default=True, type=click.IntRange(100))
+@click.option(
+    "--send-rate",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(1, 1000),
+    help="[telegram] max_messages_per_second of each process (Telegram's 30 would cap the run).",
+)
 @click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_scale(
@@ -123,6 +131,7 @@ def bench_scale(
     postgres_url: str | None,
     migrate_messages: int,
     timeout: float,
+    send_rate: float,
     as_json: bool,
 ) -> None:
     """Turns per second and CPU per turn: 1 process on SQLite, N on PostgreSQL."""
@@ -131,7 +140,15 @@ def bench_scale(
 
     def measure(engine: str, count: int, url: str) -> None:
         click.echo(f"{engine} × {count} …", err=True)
-        result = webhook_fleet_run(count, chats, messages, delay, timeout, storage_url=url)
+        result = webhook_fleet_run(
+            count,
+            chats,
+            messages,
+            delay,
+            timeout,
+            storage_url=url,
+            max_messages_per_second=send_rate,
+        )
         runs.append({"engine": engine, "processes": count, **result})
 
     measure("sqlite", 1, "")
