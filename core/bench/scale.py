@@ -3,8 +3,9 @@
 Each run is a webhook fleet (`core.bench.fleet`): N real `mnemo run` processes behind a
 round-robin proxy, the fake Bot API delivering `--chats` × `--messages` messages at once,
 a fake model answering in `--delay` s, each process sending up to `--send-rate` messages a
-second (Telegram lets a bot send about 30; that cap is not what is measured here). Runs: one process on SQLite, then 1, 2 and more
-processes than cores on PostgreSQL (a fresh database each). For each: turns per second
+second (Telegram lets a bot send about 30; that cap is not what is measured here). Runs:
+one process on SQLite, then 1, 2 and more processes than cores on PostgreSQL (a fresh
+database each). For each: turns per second
 (answered messages / seconds from the first push to the last delivery) and CPU ms per turn
 (user + system time of the bot processes while they worked, divided by the turns; the
 fake servers and PostgreSQL are not counted — they are the platform's neighbours).
