@@ -8,15 +8,17 @@ from pathlib import Path
 from bots.runtime import build_runtime
 from core.api import Inbound
 from core.testing.fake_openai import FakeOpenAIServer
-from memory.files import FileMemory
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.stores import file_memory, strategy_store
 from tests.conftest import make_config, run_mnemo, write_config
 
 
-async def prepare(tmp_path: Path, fake_llm: FakeOpenAIServer) -> Path:
-    """A database with two chats, written by a bot that has since stopped; the config."""
+async def prepare(tmp_path: Path, fake_llm: FakeOpenAIServer, url: str = "") -> Path:
+    """A database with two chats, written by a bot that has since stopped; the config.
+    `url`: the store (default: SQLite under the data dir)."""
     data = tmp_path / "data"
-    runtime = build_runtime(make_config(data, fake_llm.base_url))
+    config = make_config(data, fake_llm.base_url)
+    config.storage.url = url
+    runtime = build_runtime(config)
     try:
         for key, name, fact in [
             ("ann", "Ann", "my cat is called Miso"),
@@ -26,18 +28,19 @@ async def prepare(tmp_path: Path, fake_llm: FakeOpenAIServer) -> Path:
                 await runtime.dispatcher(Inbound("terminal", key, text, "u", name))
         chat = runtime.store.find_chat("terminal", "ann")
         assert chat is not None
-        SqliteStrategyStore(runtime.conn).add(chat.id, "style", "Ann likes short answers")
+        strategy_store(runtime.storage).add(chat.id, "style", "Ann likes short answers")
         notes = "Ann's notes: prefers tea."
-        FileMemory(data).write("chat", chat.channel, chat.external_chat_id, notes)
+        file_memory(runtime.storage, data).write("chat", chat.channel, chat.external_chat_id, notes)
     finally:
         runtime.close()
-    return write_config(tmp_path / "config.toml", fake_llm.base_url, data)
+    extra = f'url = "{url}"\n' if url else ""
+    return write_config(tmp_path / "config.toml", fake_llm.base_url, data, extra)
 
 
 async def test_export_holds_messages_memories_strategies_and_notes(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str
 ) -> None:
-    config = await prepare(tmp_path, fake_llm)
+    config = await prepare(tmp_path, fake_llm, storage_url)
     result = run_mnemo(["chat", "export", "terminal:ann"], config)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
@@ -69,9 +72,9 @@ async def test_export_holds_messages_memories_strategies_and_notes(
 
 
 async def test_delete_asks_then_deletes_only_that_chat(
-    tmp_path: Path, fake_llm: FakeOpenAIServer
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str
 ) -> None:
-    config = await prepare(tmp_path, fake_llm)
+    config = await prepare(tmp_path, fake_llm, storage_url)
     declined = run_mnemo(["chat", "delete", "terminal:ann"], config, stdin="n\n")
     assert declined.returncode != 0
     assert "messages: 4" in declined.stdout and "memories: 1" in declined.stdout
