@@ -21,6 +21,10 @@ class FileStore(Protocol):
         """The file's text, or None if there is no such file."""
         ...
 
+    def read_texts(self, paths: list[str]) -> dict[str, str]:
+        """The texts of those of `paths` that exist (one round trip on PostgreSQL)."""
+        ...
+
     def write_text(self, path: str, text: str) -> None:
         """Create or replace the file atomically (a crash leaves the old or the new text)."""
         ...
@@ -69,6 +73,10 @@ class DirectoryFileStore:
             return self._path(path).read_text(encoding="utf-8", errors="replace")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
+
+    def read_texts(self, paths: list[str]) -> dict[str, str]:
+        found = {path: self.read_text(path) for path in paths}
+        return {path: text for path, text in found.items() if text is not None}
 
     def write_text(self, path: str, text: str) -> None:
         target = self._path(path)

@@ -16,6 +16,13 @@ class PgFileStore:
         )
         return None if row is None else str(row[0])
 
+    def read_texts(self, paths: list[str]) -> dict[str, str]:
+        rows = self.db.read(
+            "SELECT path, content FROM stored_files WHERE path = ANY(%s)",
+            ([clean_path(path) for path in paths],),
+        )
+        return {str(path): str(content) for path, content in rows}
+
     def write_text(self, path: str, text: str) -> None:
         self.db.write(
             "INSERT INTO stored_files (path, content) VALUES (%s, %s) ON CONFLICT (path)"

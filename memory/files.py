@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.api import ContextSection
 from core.chat_files import safe_path_part
-from core.file_store import DirectoryFileStore, FileStore
+from core.file_store import DirectoryFileStore, FileStore, clean_path
 from core.text import clip_middle
 
 FILE_NAME = "AGENTS.md"
@@ -83,10 +83,9 @@ class FileMemory:
         self, channel: str, chat_id: str, scope_max_chars: int, total_max_chars: int
     ) -> list[ContextSection]:
         """The non-empty scopes as context sections, global first, within both budgets."""
-        texts = [
-            (self.scope(scope, channel, chat_id), self.read(scope, channel, chat_id))
-            for scope in SCOPES
-        ]
+        scopes = [self.scope(scope, channel, chat_id) for scope in SCOPES]
+        found = self.files.read_texts([where.path for where in scopes])
+        texts = [(where, found.get(clean_path(where.path), "")) for where in scopes]
         budgeted = budget_texts([text for _, text in texts], scope_max_chars, total_max_chars)
         return [
             ContextSection(

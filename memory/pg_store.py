@@ -15,6 +15,7 @@ The same contract as `memory.sqlite_store.SqliteMemoryStore`. Differences that m
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
@@ -50,6 +51,7 @@ from memory.terms import jaccard_sets, tokens
 
 logger = logging.getLogger(__name__)
 
+INDEX_READY_TTL_S = 5.0  # how long a ready vector index is taken as still ready
 _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
@@ -61,6 +63,7 @@ class PgMemoryStore:
     """All reads and writes of structured memories on one PostgreSQL database."""
 
     def __init__(self, db: PgDatabase, embedder: Embedder | None = None) -> None:
+        self._index_ready_until = 0.0  # the vector index was found ready until then
         self.db = db
         self.embedder = embedder
         self._vectors_checked = False
@@ -95,6 +98,8 @@ class PgMemoryStore:
     def vectors_unavailable(self) -> str | None:
         if self.embedder is None:
             return "no embedding model"
+        if time.monotonic() < self._index_ready_until:  # asked every turn; a round trip
+            return None
         with self.db.connection() as conn:
             ready = index.vector_index_ready(
                 conn, self.embedder.model_name, self.embedder.dim, self._pgvector
@@ -103,6 +108,7 @@ class PgMemoryStore:
             return (
                 "the vector index does not match the embedding model (run `mnemo memory reindex`)"
             )
+        self._index_ready_until = time.monotonic() + INDEX_READY_TTL_S
         return None
 
     def _vector_model(self) -> str | None:

@@ -68,3 +68,12 @@ def test_the_location_says_where_a_file_is(files: FileStore, tmp_path: Path) -> 
         str((tmp_path / "data/telegram/42/AGENTS.md").resolve()),
         "postgresql:telegram/42/AGENTS.md",
     )
+
+
+def test_several_files_are_read_at_once(files: FileStore) -> None:
+    files.write_text("AGENTS.md", "global")
+    files.write_text("telegram/42/AGENTS.md", "chat")
+    assert files.read_texts(["AGENTS.md", "telegram/AGENTS.md", "telegram/42/AGENTS.md"]) == {
+        "AGENTS.md": "global",
+        "telegram/42/AGENTS.md": "chat",
+    }
