@@ -19,7 +19,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from core.db import Connection, OperationalError, transaction
-from memory.store import GLOBAL_SCOPE, Changes, Marks, scope_of
+from memory.store import (
+    GLOBAL_SCOPE,
+    PRUNED_SCOPE,
+    Changes,
+    Marks,
+    changes_from_log,
+    scope_of,
+)
 from memory.terms import fts_query, token_list
 
 logger = logging.getLogger(__name__)
@@ -33,7 +40,6 @@ NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 ACTIVE_SQL = f"archived = 0 AND (expires_at IS NULL OR expires_at > {NOW_SQL})"
 LOG_PRUNE_AT = 100_000  # the change log is pruned once it holds this many rows ...
 LOG_KEEP = 50_000  # ... down to the newest this many
-PRUNED_SCOPE = -1  # a log row of this scope: the log was pruned through seq `memory_id`
 
 
 def scopes(chat_id: int | None) -> list[int]:
@@ -397,20 +403,7 @@ def changes_since(conn: Connection, chat_id: int | None, marks: Marks) -> Change
         " WHERE (scope = ? AND seq > ?) OR (scope = ? AND seq > ?) OR (scope = ? AND seq > ?)",
         (scope, marks.chat, GLOBAL_SCOPE, marks.shared, PRUNED_SCOPE, oldest),
     ).fetchall()
-    if not rows:
-        return None
-    chat_mark, shared_mark, pruned, ids = marks.chat, marks.shared, 0, set()
-    for seq, row_scope, memory_id in rows:
-        if row_scope == PRUNED_SCOPE:
-            if int(memory_id) > oldest:
-                pruned = max(pruned, int(memory_id))
-            continue
-        ids.add(int(memory_id))
-        if row_scope == scope:
-            chat_mark = max(chat_mark, int(seq))
-        if row_scope == GLOBAL_SCOPE:
-            shared_mark = max(shared_mark, int(seq))
-    return Changes(Marks(chat_mark, shared_mark), frozenset(ids), pruned)
+    return changes_from_log(rows, scope, marks)
 
 
 def prune_log(conn: Connection) -> int:

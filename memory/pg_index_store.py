@@ -25,7 +25,14 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from memory.store import GLOBAL_SCOPE, Changes, Marks, scope_of
+from memory.store import (
+    GLOBAL_SCOPE,
+    PRUNED_SCOPE,
+    Changes,
+    Marks,
+    changes_from_log,
+    scope_of,
+)
 from memory.terms import content_terms, has_cjk
 from migrations.m0002_memories import PG_TEXT_SEARCH
 from migrations.m0006_memory_changes import MEMORY_CHANGES_LOCK
@@ -38,7 +45,6 @@ LAYOUT_FLOAT = "pg1"  # float table only (no pgvector on the server)
 LAYOUT_VECTOR = "pg1+vector"  # float table and the pgvector table
 LOG_PRUNE_AT = 100_000  # as memory.index_store
 LOG_KEEP = 50_000
-PRUNED_SCOPE = -1
 MAX_QUERY_TERMS = 32
 
 _warned_in_process = False
@@ -320,20 +326,7 @@ def changes_since(conn: Any, chat_id: int | None, marks: Marks) -> Changes | Non
         " (scope = %s AND seq > %s) OR (scope = %s AND seq > %s) OR (scope = %s AND seq > %s)",
         (scope, marks.chat, GLOBAL_SCOPE, marks.shared, PRUNED_SCOPE, oldest),
     ).fetchall()
-    if not rows:
-        return None
-    chat_mark, shared_mark, pruned, ids = marks.chat, marks.shared, 0, set()
-    for seq, row_scope, memory_id in rows:
-        if row_scope == PRUNED_SCOPE:
-            if int(memory_id) > oldest:
-                pruned = max(pruned, int(memory_id))
-            continue
-        ids.add(int(memory_id))
-        if row_scope == scope:
-            chat_mark = max(chat_mark, int(seq))
-        if row_scope == GLOBAL_SCOPE:
-            shared_mark = max(shared_mark, int(seq))
-    return Changes(Marks(chat_mark, shared_mark), frozenset(ids), pruned)
+    return changes_from_log(rows, scope, marks)
 
 
 def lock_log(conn: Any) -> None:

@@ -24,6 +24,7 @@ MAX_CONTENT_CHARS = 2000
 MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest INTEGER: a larger id names no memory
 MAX_NAME_CHARS = 40
 GLOBAL_SCOPE = 0  # the scope number of global memories (`chat_id` NULL) in indexes and logs
+PRUNED_SCOPE = -1  # a log row of this scope: the log was pruned through seq `memory_id`
 
 # Aliases: inside the store classes the name `list` is the method that lists memories.
 Vector = list[float]
@@ -310,3 +311,26 @@ class MemoryStore(Protocol):
     def count_missing_vectors(self) -> int: ...
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int: ...
+
+
+def changes_from_log(
+    rows: Sequence[tuple[Any, Any, Any]], scope: int, marks: Marks
+) -> Changes | None:
+    """The change-log rows (seq, scope, memory id) after `marks` folded into `Changes` for the
+    chat scope `scope` (both engines' stores read the same log). A PRUNED_SCOPE row says the
+    log was pruned through its memory-id column's seq."""
+    if not rows:
+        return None
+    oldest = min(marks.chat, marks.shared)
+    chat_mark, shared_mark, pruned, ids = marks.chat, marks.shared, 0, set()
+    for seq, row_scope, memory_id in rows:
+        if row_scope == PRUNED_SCOPE:
+            if int(memory_id) > oldest:
+                pruned = max(pruned, int(memory_id))
+            continue
+        ids.add(int(memory_id))
+        if row_scope == scope:
+            chat_mark = max(chat_mark, int(seq))
+        if row_scope == GLOBAL_SCOPE:
+            shared_mark = max(shared_mark, int(seq))
+    return Changes(Marks(chat_mark, shared_mark), frozenset(ids), pruned)
