@@ -79,7 +79,7 @@ def list_command(chat: str | None, global_: bool, archived: bool) -> None:
             flags = " (global)" if memory.chat_id is None else ""
             flags += " (archived)" if memory.archived else ""
             click.echo(f"#{memory.id} {memory.line()}{flags}  conf={memory.confidence:.2f}")
-        click.echo(f"{len(memories)} memories", err=True)
+        click.echo(f"{len(memories)} memor{'y' if len(memories) == 1 else 'ies'}", err=True)
 
 
 @memory_group.command("search")
