@@ -58,16 +58,25 @@ class StrategyExtension(Extension):
 
     def __init__(self, store: StrategyStore) -> None:
         self.store = store
+        # What the newest section of each chat showed, so `after_turn` marks exactly those
+        # without reading them again (a round trip a turn on PostgreSQL). Reading this is
+        # no write: only `after_turn`, after a real turn, records the use.
+        self._shown: dict[int, list[int]] = {}
 
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
-        text = render_strategies(self.store.promoted(turn.chat.id))
+        promoted = self.store.promoted(turn.chat.id)
+        self._shown[turn.chat.id] = [strategy.id for strategy in promoted]
+        text = render_strategies(promoted)
         if not text:
             return []
         return [ContextSection(SECTION_KEY, "strategies", text, priority=SECTION_PRIORITY)]
 
     async def after_turn(self, turn: TurnContext) -> None:
         """The PROMOTED strategies reached this turn's requests: they are in use."""
-        self.store.mark_used([strategy.id for strategy in self.store.promoted(turn.chat.id)])
+        shown = self._shown.pop(turn.chat.id, None)
+        if shown is None:  # the turn asked for no sections (a command, say): read them
+            shown = [strategy.id for strategy in self.store.promoted(turn.chat.id)]
+        self.store.mark_used(shown)
 
     def commands(self) -> list[Command]:
         return [Command("strategies", "list learned strategies with their counters", self._list)]
