@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +24,8 @@ MAX_COMPACTIONS = TURNS // 3
 
 def archived_ids(runtime: Runtime) -> set[int]:
     found: set[int] = set()
-    for path in runtime.store.archive_paths():
-        text = Path(path).read_text(encoding="utf-8")
+    for path in runtime.store.archive_paths():  # relative to the data dir: read via its FileStore
+        text = runtime.agent.files.read_text(path) or ""
         found.update(int(n) for n in re.findall(r"^### #(\d+) ", text, re.MULTILINE))
     return found
 
