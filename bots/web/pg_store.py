@@ -9,8 +9,6 @@ round trip to the server: a memory's provenance and the queue depth are one quer
 
 from __future__ import annotations
 
-from typing import Any
-
 from bots.web.store import (
     ChatOverview,
     CompactionMark,
@@ -18,6 +16,9 @@ from bots.web.store import (
     DayCount,
     Provenance,
     QueueDepth,
+    chat_search,
+    days_from_rows,
+    overview_from_row,
 )
 from core.pg_db import PgDatabase
 
@@ -59,43 +60,6 @@ _PROVENANCE = (
 )
 
 
-def _search(search: str) -> tuple[str, list[Any]]:
-    """The WHERE clause of a chat search: title, `channel:chat_id` or the row id."""
-    text = search.strip().lower()
-    if not text:
-        return "", []
-    like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    where = (
-        "WHERE lower(coalesce(c.title, '')) LIKE %s ESCAPE '\\'"
-        " OR lower(c.channel || ':' || c.external_chat_id) LIKE %s ESCAPE '\\'"
-    )
-    params: list[Any] = [like, like]
-    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
-        where += " OR c.id = %s"
-        params.append(int(text))
-    return where, params
-
-
-def _overview(row: tuple[Any, ...]) -> ChatOverview:
-    return ChatOverview(
-        id=int(row[0]),
-        channel=row[1],
-        external_chat_id=row[2],
-        title=row[3] or "",
-        kind=row[4],
-        messages=int(row[5]),
-        memories=int(row[6]),
-        last_activity=row[7],
-        session_tokens=int(row[8]),
-        summary=row[9],
-        session_start=int(row[10]),
-    )
-
-
-def _days(rows: list[tuple[Any, ...]]) -> list[DayCount]:
-    return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]
-
-
 def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:
     return ("", ()) if chat_id is None else ("AND chat_id = %s", (chat_id,))
 
@@ -109,23 +73,23 @@ class PgDashboardStore:
     # -- chats -------------------------------------------------------------------------
 
     def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
-        where, params = _search(search)
+        where, params = chat_search(search, "%s")
         page = _PAGE.format(where=where) + _PAGE_ORDER
         rows = self.db.read(
             f"WITH page AS ({page} LIMIT %s OFFSET %s) {_FIGURES}{_FIGURES_ORDER}",
             (*params, limit, offset),
         )
-        return [_overview(row) for row in rows]
+        return [overview_from_row(row) for row in rows]
 
     def count_chats(self, search: str) -> int:
-        where, params = _search(search)
+        where, params = chat_search(search, "%s")
         row = self.db.read_one(f"SELECT count(*) FROM chats c {where}", params)
         return int(row[0]) if row else 0
 
     def chat_overview(self, chat_id: int) -> ChatOverview | None:
         page = _PAGE.format(where="WHERE c.id = %s")
         row = self.db.read_one(f"WITH page AS ({page}) {_FIGURES}", (chat_id,))
-        return _overview(row) if row else None
+        return overview_from_row(row) if row else None
 
     # -- a conversation ----------------------------------------------------------------
 
@@ -191,7 +155,7 @@ class PgDashboardStore:
             f" FROM llm_usage WHERE created_at >= %s GROUP BY day, {column} ORDER BY day",
             (since,),
         )
-        return _days(rows)
+        return days_from_rows(rows)
 
     def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
         scope, params = _scope(chat_id)
@@ -200,7 +164,7 @@ class PgDashboardStore:
             f" WHERE created_at >= %s {scope} GROUP BY day ORDER BY day",
             (since, *params),
         )
-        return _days(rows)
+        return days_from_rows(rows)
 
     def memories_before(self, chat_id: int | None, since: str) -> int:
         scope, params = _scope(chat_id)
@@ -216,7 +180,7 @@ class PgDashboardStore:
             f" WHERE finished_at >= %s {scope} GROUP BY day, status ORDER BY day",
             (since, *params),
         )
-        return _days(rows)
+        return days_from_rows(rows)
 
     def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
         scope, params = _scope(chat_id)
@@ -225,7 +189,7 @@ class PgDashboardStore:
             f" WHERE created_at >= %s {scope} GROUP BY day, trigger ORDER BY day",
             (since, *params),
         )
-        return _days(rows)
+        return days_from_rows(rows)
 
     # -- health ------------------------------------------------------------------------
 

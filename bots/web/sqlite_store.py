@@ -7,8 +7,6 @@ the same whatever the other chats hold.
 
 from __future__ import annotations
 
-from typing import Any
-
 from bots.web.store import (
     ChatOverview,
     CompactionMark,
@@ -16,6 +14,9 @@ from bots.web.store import (
     DayCount,
     Provenance,
     QueueDepth,
+    chat_search,
+    days_from_rows,
+    overview_from_row,
 )
 from core.db import Connection
 
@@ -37,43 +38,6 @@ _FIGURES = (
 _BY = {"kind": "kind", "model": "model"}
 
 
-def _search(search: str) -> tuple[str, list[Any]]:
-    """The WHERE clause of a chat search: title, `channel:chat_id` or the row id."""
-    text = search.strip().lower()
-    if not text:
-        return "", []
-    like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    where = (
-        "WHERE lower(coalesce(c.title, '')) LIKE ? ESCAPE '\\'"
-        " OR lower(c.channel || ':' || c.external_chat_id) LIKE ? ESCAPE '\\'"
-    )
-    params: list[Any] = [like, like]
-    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
-        where += " OR c.id = ?"
-        params.append(int(text))
-    return where, params
-
-
-def _overview(row: tuple[Any, ...]) -> ChatOverview:
-    return ChatOverview(
-        id=row[0],
-        channel=row[1],
-        external_chat_id=row[2],
-        title=row[3] or "",
-        kind=row[4],
-        messages=row[5],
-        memories=row[6],
-        last_activity=row[7],
-        session_tokens=row[8],
-        summary=row[9],
-        session_start=row[10],
-    )
-
-
-def _days(rows: list[tuple[Any, ...]]) -> list[DayCount]:
-    return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]
-
-
 class SqliteDashboardStore:
     """The dashboard's reads on one connection."""
 
@@ -83,23 +47,23 @@ class SqliteDashboardStore:
     # -- chats -------------------------------------------------------------------------
 
     def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
-        where, params = _search(search)
+        where, params = chat_search(search, "?")
         page = _PAGE.format(where=where) + " ORDER BY last_id IS NULL, last_id DESC, c.id DESC"
         rows = self.conn.execute(
             f"WITH page AS ({page} LIMIT ? OFFSET ?) {_FIGURES}"
             " ORDER BY p.last_id IS NULL, p.last_id DESC, p.id DESC",
             (*params, limit, offset),
         ).fetchall()
-        return [_overview(row) for row in rows]
+        return [overview_from_row(row) for row in rows]
 
     def count_chats(self, search: str) -> int:
-        where, params = _search(search)
+        where, params = chat_search(search, "?")
         return int(self.conn.execute(f"SELECT count(*) FROM chats c {where}", params).fetchone()[0])
 
     def chat_overview(self, chat_id: int) -> ChatOverview | None:
         page = _PAGE.format(where="WHERE c.id = ?")
         row = self.conn.execute(f"WITH page AS ({page}) {_FIGURES}", (chat_id,)).fetchone()
-        return _overview(row) if row else None
+        return overview_from_row(row) if row else None
 
     # -- a conversation ----------------------------------------------------------------
 
@@ -179,7 +143,7 @@ class SqliteDashboardStore:
             f" FROM llm_usage WHERE created_at >= ? GROUP BY day, {column} ORDER BY day",
             (since,),
         ).fetchall()
-        return _days(rows)
+        return days_from_rows(rows)
 
     def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
         scope, params = self._scope(chat_id)
@@ -188,7 +152,7 @@ class SqliteDashboardStore:
             f" WHERE created_at >= ? {scope} GROUP BY day ORDER BY day",
             (since, *params),
         ).fetchall()
-        return _days(rows)
+        return days_from_rows(rows)
 
     def memories_before(self, chat_id: int | None, since: str) -> int:
         scope, params = self._scope(chat_id)
@@ -204,7 +168,7 @@ class SqliteDashboardStore:
             f" WHERE finished_at >= ? {scope} GROUP BY day, status ORDER BY day",
             (since, *params),
         ).fetchall()
-        return _days(rows)
+        return days_from_rows(rows)
 
     def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
         scope, params = self._scope(chat_id)
@@ -213,7 +177,7 @@ class SqliteDashboardStore:
             f" WHERE created_at >= ? {scope} GROUP BY day, trigger ORDER BY day",
             (since, *params),
         ).fetchall()
-        return _days(rows)
+        return days_from_rows(rows)
 
     @staticmethod
     def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:

@@ -9,8 +9,9 @@ implementation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,44 @@ class DashboardStore(Protocol):
         ...
 
     def queue_depth(self) -> QueueDepth: ...
+
+
+def chat_search(search: str, placeholder: str) -> tuple[str, list[Any]]:
+    """The WHERE clause of a chat search (title, `channel:chat_id` or the row id) with the
+    engine's `placeholder` (`?` or `%s`), and its parameters."""
+    text = search.strip().lower()
+    if not text:
+        return "", []
+    like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    where = (
+        f"WHERE lower(coalesce(c.title, '')) LIKE {placeholder} ESCAPE '\\'"
+        f" OR lower(c.channel || ':' || c.external_chat_id) LIKE {placeholder} ESCAPE '\\'"
+    )
+    params: list[Any] = [like, like]
+    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
+        where += f" OR c.id = {placeholder}"
+        params.append(int(text))
+    return where, params
+
+
+def overview_from_row(row: Sequence[Any]) -> ChatOverview:
+    """(id, channel, external_chat_id, title, kind, messages, memories, last_activity,
+    session_tokens, summary, session_start), as both engines' stores select them."""
+    return ChatOverview(
+        id=int(row[0]),
+        channel=row[1],
+        external_chat_id=row[2],
+        title=row[3] or "",
+        kind=row[4],
+        messages=int(row[5]),
+        memories=int(row[6]),
+        last_activity=row[7],
+        session_tokens=int(row[8]),
+        summary=row[9],
+        session_start=int(row[10]),
+    )
+
+
+def days_from_rows(rows: Sequence[Sequence[Any]]) -> list[DayCount]:
+    """(day, series, count) rows as `DayCount`s."""
+    return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]

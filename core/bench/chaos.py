@@ -183,15 +183,7 @@ class Bot:
         self.telegram.wait_for(lambda tg: len(tg.sent(self.ready_call)) > before, START_TIMEOUT_S)
 
     def launch(self) -> None:
-        with self.log.open("ab") as log:  # the child keeps its own copy
-            self.process = subprocess.Popen(
-                [*MNEMO, "--config", str(self.config), "run"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=bench_env(None),
-                cwd=self.work,
-            )
+        self.process = launch_mnemo(self.config, "run", self.log, self.work)
 
     def kill(self) -> float:
         assert self.process is not None
@@ -203,14 +195,32 @@ class Bot:
     def stop(self) -> float:
         """SIGTERM; the seconds until the process ended."""
         assert self.process is not None
-        began = time.perf_counter()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        return time.perf_counter() - began
+        return terminate(self.process, timeout_s=60)
+
+
+def launch_mnemo(config: Path, command: str, log: Path, work: Path) -> subprocess.Popen[bytes]:
+    """`mnemo --config CONFIG COMMAND` in `work`, its stderr appended to `log`."""
+    with log.open("ab") as stderr:  # the child keeps its own copy
+        return subprocess.Popen(
+            [*MNEMO, "--config", str(config), command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=bench_env(None),
+            cwd=work,
+        )
+
+
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> float:
+    """SIGTERM, SIGKILL after `timeout_s`; the seconds until the process ended."""
+    began = time.perf_counter()
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return time.perf_counter() - began
 
 
 def push(telegram: FakeTelegramServer, chats: int, messages: int) -> set[str]:

@@ -13,7 +13,6 @@ process answered. Figures, never assertions: the tests assert on them.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import tempfile
@@ -29,12 +28,14 @@ from core.bench.chaos import (
     Bot,
     WebhookSetup,
     echo_model,
+    launch_mnemo,
     push,
     stored_conversations,
     tally,
+    terminate,
     wait_delivered,
 )
-from core.bench.startup import MNEMO, bench_env, write_config
+from core.bench.startup import write_config
 from core.testing.fake_openai import FakeOpenAIServer
 from core.testing.fake_telegram import FakeTelegramServer
 from core.testing.round_robin_proxy import RoundRobinProxy
@@ -120,24 +121,11 @@ class Worker:
         self.process: subprocess.Popen[bytes] | None = None
 
     def launch(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                [*MNEMO, "--config", str(self.config), "reflector"],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=bench_env(None),
-                cwd=self.work,
-            )
+        self.process = launch_mnemo(self.config, "reflector", self.log, self.work)
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            terminate(self.process, timeout_s=30)
 
 
 def webhook_fleet_run(
