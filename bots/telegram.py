@@ -25,10 +25,10 @@ from bots.telegram_delivery import ReplyRateLimiter, deliver
 from bots.telegram_inbound import (
     BotIdentity,
     addresses_bot,
+    chat_and_topic,
     for_other_bot,
     message_text,
     sender_id,
-    split_chat_key,
     strip_mention,
     to_inbound,
 )
@@ -301,7 +301,7 @@ class TelegramChannel:
         if bot is None:
             yield
             return
-        chat, thread_id = split_chat_key(chat_id)
+        chat, thread_id = chat_and_topic(chat_id)
         done = asyncio.Event()
 
         async def keep_typing() -> None:
@@ -332,7 +332,7 @@ class TelegramChannel:
                 await asyncio.wait_for(self._started.wait(), STARTUP_WAIT_S)
         if self._bot is None:
             raise RuntimeError("the Telegram channel is not running")
-        chat_id, thread_id = split_chat_key(message.chat_id)
+        chat_id, thread_id = chat_and_topic(message.chat_id)
         quote = chat_id < 0 and message.reply_to.isdigit()
         await deliver(
             self._bot,

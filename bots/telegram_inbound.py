@@ -40,8 +40,9 @@ def chat_key(message: Message) -> tuple[str, ChatKind]:
     return str(chat.id), "group"
 
 
-def split_chat_key(chat_id: str) -> tuple[int, int | None]:
-    """`"-100123:42"` → (-100123, 42); `"5"` → (5, None)."""
+def chat_and_topic(chat_id: str) -> tuple[int, int | None]:
+    """The Telegram chat and forum topic in a chat id the core knows: `"-100123:42"` →
+    (-100123, 42); `"5"` → (5, None)."""
     chat, _, thread = chat_id.partition(":")
     return int(chat), int(thread) if thread else None
 

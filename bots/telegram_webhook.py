@@ -29,6 +29,7 @@ from telegram.error import TelegramError
 
 from bots.telegram_updates import SHOWN_CHARS, readable_update
 from core.config import TelegramConfig
+from core.errors import StorageError
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ MAX_BODY_BYTES = 1 << 20
 UpdateReceiver = Callable[[Update], Awaitable[None]]
 
 
-class NotStored(Exception):
+class NotStored(StorageError):
     """The update's message could not be stored: Telegram is told to send it again."""
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Tool",
     "ToolFunction",
     "TurnContext",
+    "split_chat_key",
 ]
 
 QUERY_CHARS = 500
@@ -50,6 +51,15 @@ class Chat:
     def key(self) -> str:
         """`channel:chat_id`, the name operators use (`mnemo inspect telegram:42`)."""
         return f"{self.channel}:{self.external_chat_id}"
+
+
+def split_chat_key(key: str) -> tuple[str, str] | None:
+    """`channel:chat_id` → (channel, chat_id), split at the first colon (so
+    `telegram:-100123:42` is topic 42 of a group); None when either part is missing."""
+    channel, sep, chat_id = key.strip().partition(":")
+    if not sep or not channel or not chat_id:
+        return None
+    return channel, chat_id
 
 
 @dataclass(frozen=True)

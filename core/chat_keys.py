@@ -8,20 +8,13 @@ listings show it), or `channel:chat_id`, split at the first colon, so
 
 from __future__ import annotations
 
-from core.api import Chat
+from core.api import Chat, split_chat_key
 from core.config import Config
 from core.errors import InputError
 from core.store import SessionStore
+from core.text import whole_number
 
 KNOWN_SHOWN = 20
-
-
-def split_chat_key(key: str) -> tuple[str, str] | None:
-    """`channel:chat_id` → (channel, chat_id); None when either part is missing."""
-    channel, sep, chat_id = key.strip().partition(":")
-    if not sep or not channel or not chat_id:
-        return None
-    return channel, chat_id
 
 
 def resolve_chat(store: SessionStore, key: str, *, create: bool = False) -> Chat:
@@ -30,8 +23,9 @@ def resolve_chat(store: SessionStore, key: str, *, create: bool = False) -> Chat
     Raises `InputError` naming the known chats when there is no such chat.
     """
     text = key.strip()
-    if text.isdigit():
-        found = store.chat_by_id(int(text))
+    number = whole_number(text)
+    if number is not None:
+        found = store.chat_by_id(number)
         if found is not None:
             return found
     parts = split_chat_key(text)

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from core.api import split_chat_key
 from core.errors import ConfigError
 
 ENV_OVERRIDES = {
@@ -97,10 +98,9 @@ class AgentConfig(Section):
         """Control chats are matched by their exact `channel:chat_id` key, so a bare id (which
         would match nothing) is an error here rather than a silent no-op."""
         for key in keys:
-            channel, sep, chat_id = key.partition(":")
-            if not (sep and channel and chat_id):
+            if split_chat_key(key) is None:
                 raise ValueError(f"{key!r} is not a channel:chat_id key (e.g. telegram:12345)")
-        return keys
+        return [key.strip() for key in keys]
 
 
 class MemoryConfig(Section):

@@ -21,6 +21,11 @@ MnemoError
 │       ├── AnswerNotJSON  a 200 whose body is not JSON (a web page, a proxy's error)
 │       └── ReplyInvalid   the answer is not the JSON object the prompt asks for
 └── ToolError              a tool was called with bad arguments or failed
+
+Other packages subclass these where a caller must tell a case apart:
+`memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact) and
+`bots.telegram_webhook.NotStored` (a StorageError: Telegram is answered 503 and resends).
+Only the test harnesses in `core/testing/` raise errors outside this tree, on purpose.
 """
 
 from __future__ import annotations

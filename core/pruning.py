@@ -66,7 +66,7 @@ def prune_request(
             dropped = [key for key in REASONING_KEYS if key in entry]
             for key in dropped:
                 removed += len(str(entry.pop(key)))
-            if isinstance(content, str) and "<think>" in content:
+            if isinstance(content, str) and strip_think(content) != content.strip():
                 entry["content"] = strip_think(content)
                 removed += len(content) - len(entry["content"])
                 dropped.append("think")

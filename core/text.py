@@ -1,5 +1,5 @@
 """Text helpers shared by every package: storing text safely, clipping and capping it,
-removing reasoning."""
+removing reasoning, reading a whole number someone typed."""
 
 from __future__ import annotations
 
@@ -29,6 +29,19 @@ def strip_think(text: str) -> str:
     """`text` without `<think>`, `<thinking>` or `<reasoning>` blocks (an unterminated one
     runs to the end), stripped of surrounding whitespace."""
     return _THINK.sub("", text).strip()
+
+
+MAX_WHOLE_DIGITS = 18  # every such number fits in a signed 64-bit column
+
+
+def whole_number(text: str) -> int | None:
+    """The non-negative whole number `text` spells in ASCII digits (surrounding spaces
+    allowed), else None. `str.isdigit` alone is not enough: it accepts "²" and "٣", which
+    `int()` then refuses or reads as another number, and a 30-digit id overflows a column."""
+    value = text.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > MAX_WHOLE_DIGITS:
+        return None
+    return int(value)
 
 
 def cap_reply(text: str, limit: int) -> str:

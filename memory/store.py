@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from core.errors import InputError
+from core.text import whole_number
 
 if TYPE_CHECKING:
     from memory.embeddings import Embedder
@@ -111,10 +112,10 @@ def display_name(name: str) -> str:
 
 def parse_memory_id(text: str) -> int:
     """The memory id in `text` ("12" or "#12"); `InputError` saying what is wrong else."""
-    value = text.strip().removeprefix("#")
-    if not value.isascii() or not value.isdigit():
+    value = whole_number(text.strip().removeprefix("#"))
+    if value is None:
         raise InputError(f"{text.strip()!r} is not a memory id: give the #number /memory shows")
-    return check_memory_id(int(value))
+    return check_memory_id(value)
 
 
 def check_memory_id(memory_id: int) -> int:

@@ -6,6 +6,7 @@ from typing import Any
 
 from core.api import Tool, TurnContext
 from core.errors import InputError, ToolError
+from core.text import whole_number
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
 from memory.store import CATEGORIES, check_memory_id
@@ -24,8 +25,8 @@ def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
 
 def int_arg(args: dict[str, Any], name: str, default: int | None = None) -> int:
     value = args.get(name, default)
-    if isinstance(value, str) and value.strip().lstrip("#").isdigit():
-        value = int(value.strip().lstrip("#"))
+    if isinstance(value, str):
+        value = whole_number(value.strip().removeprefix("#"))
     if not isinstance(value, int) or isinstance(value, bool):
         raise ToolError(f"`{name}` must be an integer")
     return value

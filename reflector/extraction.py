@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from core.errors import ReplyInvalid
 from core.store import StoredMessage
-from core.text import clip_middle, strip_think
+from core.text import clip_middle, strip_think, whole_number
 
 MESSAGE_MAX_CHARS = 1_500
 MESSAGE_MIN_CHARS = 200  # a message alone in a small window is clipped, but not below this
@@ -102,8 +102,8 @@ class _Item(BaseModel):
     @classmethod
     def _id_or_none(cls, value: Any) -> int | None:
         """A positive integer id, else None (a bad id must not cost the fact itself)."""
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())
+        if isinstance(value, str):
+            value = whole_number(value)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             return None
         return value

@@ -4,6 +4,7 @@ builder of the agent, and SQL only behind the store modules."""
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,3 +204,40 @@ def test_the_sql_check_sees_sql(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert [line.split(":")[0] for line in sql_in(sample)] == ["line 2", "line 3"]
+
+
+def exception_classes_outside_the_tree() -> list[str]:
+    """Exception classes of product modules that do not descend from `core/errors.py`'s
+    tree (the test harnesses under `core/testing/` aside: their failures are not Mnemo's)."""
+    in_tree = {
+        node.name
+        for node in ast.walk(ast.parse((REPO / "core/errors.py").read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    }
+    classes: list[tuple[str, set[str]]] = []
+    for name, path in modules().items():
+        if name == "core.errors" or name.startswith("core.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(b, "id", None) or getattr(b, "attr", "") for b in node.bases}
+                classes.append((f"{name}.{node.name}", bases))
+    grown = True
+    while grown:  # subclasses of subclasses, defined in any order
+        before = len(in_tree)
+        in_tree.update(dotted.rpartition(".")[2] for dotted, bases in classes if bases & in_tree)
+        grown = len(in_tree) > before
+    return [
+        dotted
+        for dotted, bases in classes
+        if not bases & in_tree and any(_is_builtin_exception(base) for base in bases)
+    ]
+
+
+def _is_builtin_exception(name: str) -> bool:
+    value = getattr(builtins, name, None)
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def test_every_error_joins_the_tree() -> None:
+    assert exception_classes_outside_the_tree() == []

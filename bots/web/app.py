@@ -24,6 +24,7 @@ from bots.web.dashboard import Dashboard
 from bots.web.pages import Pages
 from core.api import Chat
 from core.errors import InputError
+from core.text import whole_number
 from memory.store import MAX_MEMORY_ID
 
 HERE = Path(__file__).parent
@@ -32,10 +33,10 @@ MemoryHandler = Callable[[Request, Chat, int], Awaitable[Response]]
 
 
 def _path_id(request: Request, name: str) -> int:
-    value = str(request.path_params[name])
-    if not (value.isascii() and value.isdigit()) or not 0 < int(value) <= MAX_MEMORY_ID:
+    value = whole_number(str(request.path_params[name]))
+    if value is None or not 0 < value <= MAX_MEMORY_ID:
         raise HTTPException(404, "not found")
-    return int(value)
+    return value
 
 
 def build_app(dashboard: Dashboard, token: str) -> Starlette:

@@ -3,7 +3,6 @@ reflector runs and context, the pictures, health. Each is a read: it changes not
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -14,7 +13,9 @@ from bots.web import charts
 from bots.web.charts import Share
 from bots.web.dashboard import Dashboard, session_pressure
 from core.api import Chat
+from core.clock import utc_now
 from core.model_profile import effective_window
+from core.text import whole_number
 
 CHATS_PER_PAGE = 50
 MESSAGES_PER_PAGE = 100
@@ -34,8 +35,8 @@ SECTION_COLOURS = ("#59a14f", "#edc948", "#e15759", "#9c755f", "#ff9da7")
 
 
 def int_param(request: Request, name: str, default: int = 0) -> int:
-    value = request.query_params.get(name, "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else default
+    value = whole_number(request.query_params.get(name, ""))
+    return default if value is None else value
 
 
 class Pages:
@@ -161,7 +162,7 @@ class Pages:
         return self.chat_page(request, chat, "strategies.html", "strategies", strategies=found)
 
     async def reflector(self, request: Request, chat: Chat) -> Response:
-        today = datetime.now(UTC).date()
+        today = utc_now().date()
         days = charts.day_range(CHART_DAYS, today)
         store = self.dashboard.store
         memories = charts.cumulative_line(
@@ -200,7 +201,7 @@ class Pages:
     # -- the pictures and health -------------------------------------------------------
 
     async def pictures(self, request: Request) -> Response:
-        today = datetime.now(UTC).date()
+        today = utc_now().date()
         days = charts.day_range(CHART_DAYS, today)
         since, store = days[0], self.dashboard.store
         figures = {

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def register_commands(cli: click.Group) -> None:
-    from bots.web.bench import bench_web
+    from bots.web.bench.run import bench_web
     from bots.web.cli import web_command
     from core.cli import bench_group
 

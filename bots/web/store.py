@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from core.text import whole_number
+
 
 @dataclass(frozen=True)
 class ChatOverview:
@@ -161,9 +163,10 @@ def chat_search(search: str, placeholder: str) -> tuple[str, list[Any]]:
         f" OR lower(c.channel || ':' || c.external_chat_id) LIKE {placeholder} ESCAPE '\\'"
     )
     params: list[Any] = [like, like]
-    if text.isascii() and text.isdigit() and len(text) < 19:  # int("²") would raise
+    number = whole_number(text)
+    if number is not None:
         where += f" OR c.id = {placeholder}"
-        params.append(int(text))
+        params.append(number)
     return where, params
 
 

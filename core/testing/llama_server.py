@@ -46,7 +46,10 @@ _NO_REUSE = re.compile(r"^Llama\.generate: \d+ prefix-match found but partial kv
 
 
 class RealServerUnavailable(RuntimeError):
-    """The `real` extra is not installed, or the server did not start."""
+    """The `real` extra is not installed, or the server did not start.
+
+    Outside `MnemoError` on purpose: a test harness's failure, not the product's (the real
+    tier turns it into a skip or a setup error), so no product `except MnemoError` takes it."""
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,10 @@ TEST_SETTINGS: Mapping[str, str] = {
 
 
 class PostgresUnavailable(RuntimeError):
-    """No PostgreSQL binaries, no unprivileged user to run them as, or the server did not start."""
+    """No PostgreSQL binaries, no unprivileged user to run them as, or the server did not start.
+
+    Outside `MnemoError` on purpose: a test harness's failure, not the product's, so no
+    product `except MnemoError` takes it."""
 
 
 def bin_dir(package: str = PACKAGE) -> Path:

@@ -61,6 +61,15 @@ def test_old_tool_results_become_stubs_and_recent_turns_stay() -> None:
     assert len(pruned) == len(messages)
 
 
+@pytest.mark.parametrize("tag", ["think", "thinking", "REASONING"])
+def test_every_reasoning_tag_strip_think_knows_is_pruned(tag: str) -> None:
+    messages = _turns(7)
+    messages[2]["content"] = f"<{tag}>planning</{tag}>let me look"
+    pruned, stats = prune_request(messages, protect_turns=5)
+    assert pruned[2]["content"] == "let me look"
+    assert stats.reasoning_dropped == 2
+
+
 def test_protected_start_counts_user_turns_from_the_end() -> None:
     messages = _turns(3)
     assert protected_start(messages, 1) == len(messages) - 4

@@ -99,6 +99,7 @@ def test_items_are_validated_one_by_one() -> None:
                 {"text": "wrong key", "category": "PROFILE"},
                 {"content": "Bob ran a marathon.", "category": "EVENT", "supersedes_id": "x"},
                 {"content": "Bob knows Go.", "category": "KNOWLEDGE", "supersedes_id": -4},
+                {"content": "Bob sings.", "category": "EVENT", "supersedes_id": "²"},  # isdigit()
                 "just a string",
             ]
         }
@@ -108,6 +109,7 @@ def test_items_are_validated_one_by_one() -> None:
         Candidate("Bob is a nurse.", "PROFILE", 12),
         Candidate("Bob ran a marathon.", "EVENT", None),
         Candidate("Bob knows Go.", "KNOWLEDGE", None),
+        Candidate("Bob sings.", "EVENT", None),
     ]
     assert dropped == 4
 

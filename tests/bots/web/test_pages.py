@@ -13,8 +13,8 @@ from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from memory.stores import strategy_store
 from reflector.extension import ReflectorExtension
 from reflector.store import ChatRun
-from tests.web.conftest import ON_BOTH_ENGINES, Site, say, written_rows
-from tests.web.test_security import pages_of
+from tests.bots.web.conftest import ON_BOTH_ENGINES, Site, say, written_rows
+from tests.bots.web.test_security import pages_of
 
 pytestmark = ON_BOTH_ENGINES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.web.conftest import ON_BOTH_ENGINES, ORIGIN, TOKEN, Site
+from tests.bots.web.conftest import ON_BOTH_ENGINES, ORIGIN, TOKEN, Site
 
 
 def pages_of(site: Site) -> list[str]:

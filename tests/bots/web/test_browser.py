@@ -25,8 +25,8 @@ from bots.runtime import Runtime
 from bots.web.extension import WebExtension
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from reflector.extension import ReflectorExtension
-from tests.web.conftest import say
-from tests.web.test_actions import newest_block
+from tests.bots.web.conftest import say
+from tests.bots.web.test_actions import newest_block
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

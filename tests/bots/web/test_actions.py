@@ -10,7 +10,7 @@ from bots.web.dashboard import FORGOTTEN_BY
 from core.testing.fake_openai import FakeOpenAIServer
 from memory.files import MAX_WRITE_CHARS
 from memory.keeper import FactRefused
-from tests.web.conftest import ON_BOTH_ENGINES, Site, say
+from tests.bots.web.conftest import ON_BOTH_ENGINES, Site, say
 
 pytestmark = ON_BOTH_ENGINES
 

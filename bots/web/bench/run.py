@@ -139,7 +139,7 @@ async def _bot(tmp: Path, base_url: str) -> _Parts:
 def _seed(
     parts: _Parts, messages: int, memories: int, chats: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
-    from bots.web import bench_store
+    from bots.web.bench import seed_store
     from core.store import CompactionRecord
     from memory.strategies.sqlite_store import SqliteStrategyStore
 
@@ -166,7 +166,7 @@ def _seed(
             )
             for i in range(size)
         ]
-        bench_store.load_messages(parts.conn, rows)
+        seed_store.load_messages(parts.conn, rows)
         _usage(parts.conn, chat.id, stamps, rng)
         _history_shape(parts, chat.id, size, stamps, CompactionRecord, rng)
     progress("memories (with vectors) …")
@@ -180,7 +180,7 @@ def _seed(
 
 
 def _usage(conn: Any, chat_id: int, stamps: list[str], rng: random.Random) -> None:
-    from bots.web import bench_store
+    from bots.web.bench import seed_store
 
     rows = []
     for i in range(1, len(stamps), 2):
@@ -189,7 +189,7 @@ def _usage(conn: Any, chat_id: int, stamps: list[str], rng: random.Random) -> No
         rows.append(
             (chat_id, kind, model, rng.randint(800, 6000), rng.randint(20, 400), 900, stamps[i])
         )
-    bench_store.load_usage(conn, rows)
+    seed_store.load_usage(conn, rows)
 
 
 def _history_shape(
@@ -197,7 +197,7 @@ def _history_shape(
 ) -> None:
     """Compactions every ~400 messages (a session stays inside the window, as a running bot
     keeps it) and a reflector run per 200 messages, some failed or skipped."""
-    from bots.web import bench_store
+    from bots.web.bench import seed_store
 
     first = parts.sessions.newest_message_id(chat_id) - size + 1
     runs, done = [], []
@@ -216,7 +216,7 @@ def _history_shape(
             f"## Goal\nHelp with plans (up to message {first + end}).",
         )
         done.append((stamps[end], parts.sessions.record_compaction(chat_id, compaction)))
-    bench_store.backdate(parts.conn, "compactions", done)
+    seed_store.backdate(parts.conn, "compactions", done)
     for start in range(0, size, 200):
         end = min(start + 199, size - 1)
         status = rng.choices(("done", "failed", "skipped"), (90, 7, 3))[0]
@@ -236,13 +236,13 @@ def _history_shape(
                 status,
             )
         )
-    bench_store.load_runs(parts.conn, runs)
+    seed_store.load_runs(parts.conn, runs)
 
 
 def _memories(
     keeper: Any, chat_ids: list[int], sizes: list[int], rng: random.Random, now: datetime
 ) -> None:
-    from bots.web import bench_store
+    from bots.web.bench import seed_store
 
     store = keeper.store
     templates = [f"{p} likes the {t} a lot" for p in PEOPLE for t in TOPICS]
@@ -261,7 +261,7 @@ def _memories(
                     embedding=vectors[which] if vectors else None,
                 )
                 backdated.append((moment(rng, now), memory_id))
-    bench_store.backdate(store.conn, "memories", backdated)
+    seed_store.backdate(store.conn, "memories", backdated)
     for chat_id in chat_ids[:10]:
         for memory in store.newest(chat_id, 3):
             store.forget(memory.id, forgotten_by="bench", speaker="")
