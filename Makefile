@@ -5,7 +5,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 REAL_STAMP := $(VENV)/.installed-real
 
-.PHONY: install install-dev run test test-real lint fix bench clean
+.PHONY: install install-dev run test test-real lint fix bench bench-real clean
 
 # What running needs: the package and its dependencies, no test tools.
 $(RUN_STAMP): pyproject.toml constraints.txt
@@ -57,6 +57,14 @@ bench: $(DEV_STAMP)
 	$(VENV)/bin/mnemo bench locomo ../shared/data/locomo/dev.json
 	$(VENV)/bin/mnemo bench reflector
 	$(VENV)/bin/mnemo bench longrun
+	$(VENV)/bin/mnemo bench chaos
+	$(VENV)/bin/mnemo bench scale
+	$(VENV)/bin/mnemo bench web
+
+# The benchmark that needs a real model server (the `real` extra, as for test-real).
+bench-real: $(REAL_STAMP)
+	$(VENV)/bin/mnemo bench kv
+	$(VENV)/bin/mnemo bench kv --messages short
 
 clean:
 	rm -rf $(VENV)

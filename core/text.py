@@ -34,12 +34,13 @@ def strip_think(text: str) -> str:
 MAX_WHOLE_DIGITS = 18  # every such number fits in a signed 64-bit column
 
 
-def whole_number(text: str) -> int | None:
+def whole_number(text: str, max_digits: int = MAX_WHOLE_DIGITS) -> int | None:
     """The non-negative whole number `text` spells in ASCII digits (surrounding spaces
-    allowed), else None. `str.isdigit` alone is not enough: it accepts "²" and "٣", which
-    `int()` then refuses or reads as another number, and a 30-digit id overflows a column."""
+    allowed) in at most `max_digits` digits, else None. `str.isdigit` alone is not enough:
+    it accepts "²" and "٣", which `int()` then refuses or reads as another number, and a
+    30-digit id overflows a database column (callers that range-check may allow more)."""
     value = text.strip()
-    if not value.isascii() or not value.isdigit() or len(value) > MAX_WHOLE_DIGITS:
+    if not value.isascii() or not value.isdigit() or len(value) > max_digits:
         return None
     return int(value)
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 CATEGORIES = ("PROFILE", "KNOWLEDGE", "EVENT")
 MAX_CONTENT_CHARS = 2000
 MAX_MEMORY_ID = 2**63 - 1  # SQLite's largest INTEGER: a larger id names no memory
+MAX_ID_DIGITS_READ = 100  # longer ids are read (to say they are out of range), not parsed
 MAX_NAME_CHARS = 40
 GLOBAL_SCOPE = 0  # the scope number of global memories (`chat_id` NULL) in indexes and logs
 PRUNED_SCOPE = -1  # a log row of this scope: the log was pruned through seq `memory_id`
@@ -112,7 +113,7 @@ def display_name(name: str) -> str:
 
 def parse_memory_id(text: str) -> int:
     """The memory id in `text` ("12" or "#12"); `InputError` saying what is wrong else."""
-    value = whole_number(text.strip().removeprefix("#"))
+    value = whole_number(text.strip().removeprefix("#"), max_digits=MAX_ID_DIGITS_READ)
     if value is None:
         raise InputError(f"{text.strip()!r} is not a memory id: give the #number /memory shows")
     return check_memory_id(value)

@@ -9,7 +9,7 @@ from core.errors import InputError, ToolError
 from core.text import whole_number
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
-from memory.store import CATEGORIES, check_memory_id
+from memory.store import CATEGORIES, MAX_ID_DIGITS_READ, check_memory_id
 
 MAX_SEARCH_K = 50
 
@@ -26,7 +26,7 @@ def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
 def int_arg(args: dict[str, Any], name: str, default: int | None = None) -> int:
     value = args.get(name, default)
     if isinstance(value, str):
-        value = whole_number(value.strip().removeprefix("#"))
+        value = whole_number(value.strip().removeprefix("#"), max_digits=MAX_ID_DIGITS_READ)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ToolError(f"`{name}` must be an integer")
     return value
