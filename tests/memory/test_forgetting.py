@@ -166,6 +166,7 @@ async def test_the_memory_tools_forget_with_a_tombstone_and_refuse_to_bring_it_b
         ),
         ("/forget abc", "Not forgotten: 'abc' is not a memory id: give the #number /memory shows."),
         ("/forget #-3", "Not forgotten: '#-3' is not a memory id: give the #number /memory shows."),
+        ("/forget ²", "Not forgotten: '²' is not a memory id: give the #number /memory shows."),
         ("/forget", "Usage: /forget ID (the #number shown by /memory)"),
     ],
 )
