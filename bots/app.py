@@ -7,7 +7,8 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
+from typing import Any
 
 from bots.runtime import Runtime
 from bots.terminal import TerminalChannel
@@ -15,6 +16,8 @@ from core.api import Channel, Service
 from core.dispatcher import SHUTDOWN_GRACE_S, Dispatcher
 
 logger = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def enabled_channels(runtime: Runtime) -> list[Channel]:
@@ -75,10 +78,6 @@ async def run_platform(
     services = services if services is not None else runtime.extensions.services()
     dispatcher = runtime.dispatcher
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
-            loop.add_signal_handler(sig, stop.set)
     for channel in channels:
         dispatcher.attach(channel)
     channel_tasks = [
@@ -94,22 +93,43 @@ async def run_platform(
         ", ".join(s.name for s in services) or "none",
     )
     stopper = asyncio.create_task(stop.wait())
-    waiting = {stopper, *channel_tasks} if channel_tasks else {stopper}
+    with _stopped_by_signals(stop):
+        try:
+            await _until_stopped_or_channels_end(stopper, channel_tasks)
+        finally:
+            logger.info("shutting down")
+            sweeper.cancel()
+            await dispatcher.stop(grace_s)  # the channels still run: replies can go out
+            tasks = [*channel_tasks, *service_tasks, sweeper, stopper]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    logger.info("stopped")
+
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set `stop` while inside (not in a thread other than the main one)."""
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
     try:
-        while True:
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            waiting -= done
-            if stopper in done or (channel_tasks and waiting == {stopper}):
-                break
+        yield
     finally:
-        logger.info("shutting down")
-        sweeper.cancel()
-        await dispatcher.stop(grace_s)  # the channels still run: replies can go out
-        tasks = [*channel_tasks, *service_tasks, sweeper, stopper]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
-        logger.info("stopped")
+
+
+async def _until_stopped_or_channels_end(
+    stopper: asyncio.Task[bool], channel_tasks: list[asyncio.Task[None]]
+) -> None:
+    """Wait for `stopper`, or for every channel to end when there are channels (services
+    alone run until stopped)."""
+    waiting: set[asyncio.Task[Any]] = {stopper, *channel_tasks}
+    while True:
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        waiting -= done
+        if stopper in done or (channel_tasks and waiting == {stopper}):
+            return

@@ -92,6 +92,11 @@ def pg_tables_in_fk_order(pg: Any) -> list[str]:
     return ordered
 
 
+def pg_defer_constraints(pg: Any) -> None:
+    """Foreign keys checked at commit, so rows may arrive before what they point at."""
+    pg.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
 def pg_row_count(pg: Any, table: str) -> int:
     return int(pg.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
 

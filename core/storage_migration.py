@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config
-from core.db import connect
+from core.db import Connection, connect
 from core.errors import StorageError
 from core.file_store import DirectoryFileStore
 from core.pg_db import PgDatabase
@@ -27,6 +27,7 @@ from core.storage_copy_store import (
     applied_migrations_sqlite,
     pg_columns,
     pg_copy_rows,
+    pg_defer_constraints,
     pg_reset_identities,
     pg_row_count,
     pg_tables_in_fk_order,
@@ -107,44 +108,55 @@ def migrate_to_postgresql(
     try:
         _check_compatible(applied_migrations_sqlite(source), applied_migrations_pg(target))
         report = MigrationReport()
-        tables = sqlite_tables(source)
         with target.transaction() as pg:
-            pg.execute("SET CONSTRAINTS ALL DEFERRED")
-            order = [t for t in pg_tables_in_fk_order(pg) if t != "_migrations"]
-            _check_empty(pg, order)
-            missing = sorted(set(tables) - set(order))
-            if missing:
-                raise StorageError(f"PostgreSQL has no table for {', '.join(missing)}")
-            for table in order:
-                if table not in tables:
-                    continue
-                columns = tuple(c for c in pg_columns(pg, table) if c in tables[table])
-                total = sqlite_row_count(source, table)
-                pg_triggers(pg, table, enabled=False)
-                copied = pg_copy_rows(pg, table, columns, sqlite_rows(source, table, columns))
-                pg_triggers(pg, table, enabled=True)
-                pg_reset_identities(pg, table)
-                progress(f"{table}: {copied:,} of {total:,} rows")
-            files = PgFileStore(target)
-            local = DirectoryFileStore(config.storage.data_dir)
-            for path in chat_files(config.storage.data_dir):
-                files.write_text(path, local.read_text(path) or "")
-                report.files += 1
+            copied = _copy_tables(source, pg, progress)
+            report.files = _copy_files(config.storage.data_dir, target)
             progress(f"files: {report.files:,} (AGENTS.md, tool results, archives)")
             for step in after_copy:
                 report.derived.append(step(target))
                 progress(report.derived[-1])
         with target.connection() as pg:  # verified after the commit, as another process sees it
-            for table in order:
-                if table in tables:
-                    rows = sqlite_row_count(source, table)
-                    expected = rows + (report.files if table == FILES_TABLE else 0)
-                    report.tables.append(TableCopy(table, rows, pg_row_count(pg, table), expected))
+            for table in copied:
+                rows = sqlite_row_count(source, table)
+                expected = rows + (report.files if table == FILES_TABLE else 0)
+                report.tables.append(TableCopy(table, rows, pg_row_count(pg, table), expected))
         report.seconds = time.perf_counter() - started
         return report
     finally:
         target.close()
         source.close()
+
+
+def _copy_tables(source: Connection, pg: Any, progress: Progress) -> list[str]:
+    """Every table of `source` into the empty PostgreSQL tables, parents first (inside the
+    caller's transaction, its change-log triggers off while copying); the tables copied."""
+    tables = sqlite_tables(source)
+    pg_defer_constraints(pg)
+    order = [t for t in pg_tables_in_fk_order(pg) if t != "_migrations"]
+    _check_empty(pg, order)
+    missing = sorted(set(tables) - set(order))
+    if missing:
+        raise StorageError(f"PostgreSQL has no table for {', '.join(missing)}")
+    copied = [table for table in order if table in tables]
+    for table in copied:
+        columns = tuple(c for c in pg_columns(pg, table) if c in tables[table])
+        total = sqlite_row_count(source, table)
+        pg_triggers(pg, table, enabled=False)
+        count = pg_copy_rows(pg, table, columns, sqlite_rows(source, table, columns))
+        pg_triggers(pg, table, enabled=True)
+        pg_reset_identities(pg, table)
+        progress(f"{table}: {count:,} of {total:,} rows")
+    return copied
+
+
+def _copy_files(data_dir: Path, target: PgDatabase) -> int:
+    """The chats' files under `data_dir` into `stored_files`; how many."""
+    files = PgFileStore(target)
+    local = DirectoryFileStore(data_dir)
+    paths = chat_files(data_dir)
+    for path in paths:
+        files.write_text(path, local.read_text(path) or "")
+    return len(paths)
 
 
 def _check_compatible(source: list[str], target: list[str]) -> None:

@@ -17,7 +17,8 @@ TURN_ORCHESTRATOR = "core.turn"
 SQL = re.compile(
     r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
     r"|CREATE\s+(TABLE|INDEX|VIRTUAL|TRIGGER|UNIQUE)|DROP\s+(TABLE|INDEX)|ALTER\s+TABLE"
-    r"|PRAGMA\s|BEGIN\s+IMMEDIATE|SAVEPOINT\s|ROLLBACK\b)"
+    r"|PRAGMA\s|BEGIN\s+IMMEDIATE|SAVEPOINT\s|ROLLBACK\b|SET\s+(CONSTRAINTS|LOCAL|SESSION)\s"
+    r"|TRUNCATE\s|COPY\s+\w+\s*\(|LOCK\s+TABLE)"
 )
 
 
@@ -160,7 +161,7 @@ def is_store_module(path: Path) -> bool:
 
 
 EXECUTE = ("execute", "executemany", "executescript")
-CONNECTION_NAMES = ("conn", "connection", "db", "cursor", "cur")
+CONNECTION_NAMES = ("conn", "connection", "db", "cursor", "cur", "pg")
 
 
 def sql_in(path: Path) -> Iterator[str]:
@@ -241,3 +242,19 @@ def _is_builtin_exception(name: str) -> bool:
 
 def test_every_error_joins_the_tree() -> None:
     assert exception_classes_outside_the_tree() == []
+
+
+MAX_FUNCTION_LINES = 50
+
+
+def test_no_function_is_over_fifty_lines() -> None:
+    """Functions stay short enough to read at once (signature and docstring included)."""
+    long = [
+        f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert long == []

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
@@ -30,6 +30,7 @@ from memory.store import MAX_MEMORY_ID
 HERE = Path(__file__).parent
 ChatHandler = Callable[[Request, Chat], Awaitable[Response]]
 MemoryHandler = Callable[[Request, Chat, int], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _path_id(request: Request, name: str) -> int:
@@ -42,39 +43,33 @@ def _path_id(request: Request, name: str) -> int:
 def build_app(dashboard: Dashboard, token: str) -> Starlette:
     """The dashboard over `dashboard`, opened by `token`."""
     gate = Gate(token)
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    pages = Pages(dashboard, templates)
-    actions = Actions(dashboard, gate, pages)
+    pages = Pages(dashboard, Jinja2Templates(directory=str(HERE / "templates")))
 
-    def chat_route(handler: ChatHandler) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                chat = dashboard.chat(_path_id(request, "chat_id"))
-                return await handler(request, chat)
-            except InputError as exc:
-                raise HTTPException(404, str(exc)) from None
-
-        return endpoint
-
-    def memory_route(handler: MemoryHandler) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                chat = dashboard.chat(_path_id(request, "chat_id"))
-                return await handler(request, chat, _path_id(request, "memory_id"))
-            except InputError as exc:
-                raise HTTPException(404, str(exc)) from None
-
-        return endpoint
-
-    async def not_found(request: Request, exc: Exception) -> Response:
+    async def error_page(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if not hasattr(request.state, "session"):
             request.state.session = None
         return pages.render(request, "error.html", exc.status_code, error=exc.detail)
 
+    return Starlette(
+        routes=routes(dashboard, pages, Actions(dashboard, gate, pages)),
+        middleware=[Middleware(GateMiddleware, gate=gate)],
+        exception_handlers={HTTPException: error_page},
+    )
+
+
+def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRoute]:
+    """Every page (GET) and action (POST); a chat's and a memory's by their ids."""
+
+    def in_chat(handler: ChatHandler) -> Endpoint:
+        return _chat_endpoint(dashboard, handler)
+
+    def on_memory(handler: MemoryHandler) -> Endpoint:
+        return _chat_endpoint(dashboard, _with_memory_id(handler))
+
     chat = "/chats/{chat_id}"
     memory = f"{chat}/memories/{{memory_id}}"
-    routes = [
+    return [
         Route("/login", actions.login_form, methods=["GET"]),
         Route("/login", actions.login, methods=["POST"]),
         Route("/logout", actions.logout, methods=["POST"]),
@@ -82,20 +77,35 @@ def build_app(dashboard: Dashboard, token: str) -> Starlette:
         Route("/pictures", pages.pictures),
         Route("/health", pages.health),
         Route("/health/model", actions.check_model, methods=["POST"]),
-        Route(chat, chat_route(pages.conversation)),
-        Route(f"{chat}/memories", chat_route(pages.memories)),
-        Route(memory, memory_route(pages.memory)),
-        Route(f"{memory}/edit", memory_route(actions.edit_memory), methods=["POST"]),
-        Route(f"{memory}/forget", memory_route(actions.forget_memory), methods=["POST"]),
-        Route(f"{chat}/notes", chat_route(pages.notes), methods=["GET"]),
-        Route(f"{chat}/notes", chat_route(actions.save_notes), methods=["POST"]),
-        Route(f"{chat}/strategies", chat_route(pages.strategies)),
-        Route(f"{chat}/reflector", chat_route(pages.reflector)),
-        Route(f"{chat}/context", chat_route(pages.context)),
+        Route(chat, in_chat(pages.conversation)),
+        Route(f"{chat}/memories", in_chat(pages.memories)),
+        Route(memory, on_memory(pages.memory)),
+        Route(f"{memory}/edit", on_memory(actions.edit_memory), methods=["POST"]),
+        Route(f"{memory}/forget", on_memory(actions.forget_memory), methods=["POST"]),
+        Route(f"{chat}/notes", in_chat(pages.notes), methods=["GET"]),
+        Route(f"{chat}/notes", in_chat(actions.save_notes), methods=["POST"]),
+        Route(f"{chat}/strategies", in_chat(pages.strategies)),
+        Route(f"{chat}/reflector", in_chat(pages.reflector)),
+        Route(f"{chat}/context", in_chat(pages.context)),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    return Starlette(
-        routes=routes,
-        middleware=[Middleware(GateMiddleware, gate=gate)],
-        exception_handlers={HTTPException: not_found},
-    )
+
+
+def _chat_endpoint(dashboard: Dashboard, handler: ChatHandler) -> Endpoint:
+    """`handler` given the chat of the path's `chat_id`; an unknown chat, or an id that is
+    not this chat's (a memory of another chat), is a 404."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request, dashboard.chat(_path_id(request, "chat_id")))
+        except InputError as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    return endpoint
+
+
+def _with_memory_id(handler: MemoryHandler) -> ChatHandler:
+    async def in_chat(request: Request, chat: Chat) -> Response:
+        return await handler(request, chat, _path_id(request, "memory_id"))
+
+    return in_chat

@@ -128,6 +128,27 @@ class Worker:
             terminate(self.process, timeout_s=30)
 
 
+class Meter:
+    """Wall time, the bot processes' CPU, this process's (the fakes and the proxy) and the
+    whole machine's busy share, from construction to `stop()`."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.bots_cpu = sum(cpu_seconds(pid) for pid in pids)
+        self.fakes_cpu = time.process_time()
+        self.machine = machine_ticks()
+        self.began = time.perf_counter()
+
+    def stop(self, *, killed: bool) -> dict[str, float]:
+        """The figures so far (the bots' CPU is unknown, 0, once one of them was killed)."""
+        seconds = time.perf_counter() - self.began
+        fakes_cpu = time.process_time() - self.fakes_cpu
+        machine = machine_ticks()
+        busy = (machine[0] - self.machine[0]) / max(1, machine[1] - self.machine[1])
+        bots_cpu = 0.0 if killed else sum(cpu_seconds(pid) for pid in self.pids) - self.bots_cpu
+        return {"seconds": seconds, "fakes_cpu": fakes_cpu, "busy": busy, "bots_cpu": bots_cpu}
+
+
 def webhook_fleet_run(
     processes: int,
     chats: int,
@@ -143,10 +164,9 @@ def webhook_fleet_run(
 ) -> dict[str, Any]:
     """Start the fleet (and `workers` reflector workers), push everything at once, wait for
     every reply (or the timeout), SIGTERM every process; the tally, the order check, the
-    share each process served, turns per second and CPU per turn. With `kill_one_after`,
-    the last bot process gets SIGKILL once that many replies went out. `reflector_check`
-    (the reflector package can tell) counts the reflector runs and names the chats whose
-    runs overlapped in time."""
+    share each process served, turns per second and CPU per turn. `kill_one_after`: see
+    `_kill_last`. `reflector_check` (from the reflector package) counts the reflector runs
+    and names the chats whose runs overlapped in time."""
     with (
         FakeOpenAIServer(echo_model(delay_s)) as model,
         FakeTelegramServer() as telegram,
@@ -154,82 +174,112 @@ def webhook_fleet_run(
     ):
         ports = [free_port() for _ in range(processes)]
         with RoundRobinProxy([f"http://127.0.0.1:{port}" for port in ports]) as proxy:
-            url = f"{proxy.origin}{WEBHOOK_PATH}"
+            webhooks = [WebhookSetup(f"{proxy.origin}{WEBHOOK_PATH}", port) for port in ports]
             bots = [
-                Bot(
-                    Path(tmp),
-                    model.base_url,
-                    telegram,
-                    name=f"bot{index}",
-                    webhook=WebhookSetup(url, port),
-                    storage_url=storage_url,
-                    max_messages_per_second=max_messages_per_second,
-                )  # fmt: skip
-                for index, port in enumerate(ports)
-            ]
+                Bot(Path(tmp), model.base_url, telegram, name=f"bot{index}", webhook=webhook,
+                    storage_url=storage_url, max_messages_per_second=max_messages_per_second)
+                for index, webhook in enumerate(webhooks)
+            ]  # fmt: skip
             storage_url = bots[0].storage_url
-            reflectors = [
-                Worker(Path(tmp), model.base_url, storage_url, f"reflector{index}")
-                for index in range(workers)
-            ]
-            bots[0].start()  # alone: an empty model cache is filled once, not raced for
-            for bot in bots[1:]:
-                bot.launch()
-            telegram.wait_for(lambda tg: len(tg.sent("setWebhook")) >= processes, START_TIMEOUT_S)
-            for worker in reflectors:
-                worker.launch()
-            pids = [bot.process.pid for bot in bots if bot.process is not None]
-            cpu_before = sum(cpu_seconds(pid) for pid in pids)
-            fakes_before = time.process_time()
-            machine_before = machine_ticks()
-            began = time.perf_counter()
+            names = [f"reflector{index}" for index in range(workers)]
+            reflectors = [Worker(Path(tmp), model.base_url, storage_url, n) for n in names]
+            _start(bots, reflectors, telegram)
+            meter = Meter([bot.process.pid for bot in bots if bot.process is not None])
             pushed = push(telegram, chats, messages)
-            killed = False
-            kill_mark = 0
-            if kill_one_after is not None:
-                telegram.wait_for(lambda tg: len(tg.delivered) >= kill_one_after, timeout_s)
-                bots[-1].kill()
-                killed = True
-                kill_mark = len(telegram.delivered)  # everything the dead process sent is before
+            kill_mark = _kill_last(bots, telegram, kill_one_after, timeout_s)
             wait_delivered(telegram, len(pushed), timeout_s)
-            seconds = time.perf_counter() - began
-            fakes_cpu = time.process_time() - fakes_before
-            machine_after = machine_ticks()
-            busy = (machine_after[0] - machine_before[0]) / max(
-                1, machine_after[1] - machine_before[1]
-            )
-            alive = [bot for bot in bots if bot.process is not None and bot.process.poll() is None]
-            cpu_used = sum(cpu_seconds(pid) for pid in pids if not killed) - cpu_before
-            stops = [bot.stop() for bot in alive]
-            for worker in reflectors:
-                worker.stop()
-            result = tally(pushed, storage_url, telegram)
-            disorder = chats_out_of_order(pushed, storage_url, telegram)
-            runs, reflected_at_once = reflector_check(storage_url) if workers else (0, [])
-            served = [proxy.answered[f"http://127.0.0.1:{port}"] for port in ports]
-            posts = list(telegram.webhook_posts)
-            doubles = delivery_doubles(list(telegram.delivered), kill_mark)
-    turns = result.answered
+            measured = meter.stop(killed=kill_mark is not None)
+            stops = _stop(bots, reflectors)
+            figures = {
+                **_tally_figures(pushed, storage_url, telegram),
+                **_reflector_figures(reflector_check(storage_url) if workers else (0, [])),
+                **_webhook_figures(telegram, proxy, ports),
+                **_delivery_figures(list(telegram.delivered), kill_mark),
+            }
+    killed = kill_mark is not None
+    return {**figures, **_speed_figures(measured, figures["answered"], killed, stops)}
+
+
+def _start(bots: list[Bot], reflectors: list[Worker], telegram: FakeTelegramServer) -> None:
+    """The first bot alone (an empty model cache is filled once, not raced for), then the
+    others, until each has set the webhook; then the reflector workers."""
+    bots[0].start()
+    for bot in bots[1:]:
+        bot.launch()
+    telegram.wait_for(lambda tg: len(tg.sent("setWebhook")) >= len(bots), START_TIMEOUT_S)
+    for worker in reflectors:
+        worker.launch()
+
+
+def _kill_last(
+    bots: list[Bot], telegram: FakeTelegramServer, after: int | None, timeout_s: float
+) -> int | None:
+    """With `after`, SIGKILL the last bot once that many replies went out; the number of
+    replies sent by then (everything the dead process sent is before it)."""
+    if after is None:
+        return None
+    telegram.wait_for(lambda tg: len(tg.delivered) >= after, timeout_s)
+    bots[-1].kill()
+    return len(telegram.delivered)
+
+
+def _stop(bots: list[Bot], reflectors: list[Worker]) -> list[float]:
+    """SIGTERM every bot still alive and every worker; how long each bot took to stop."""
+    alive = [bot for bot in bots if bot.process is not None and bot.process.poll() is None]
+    stops = [bot.stop() for bot in alive]
+    for worker in reflectors:
+        worker.stop()
+    return stops
+
+
+def _tally_figures(
+    pushed: set[str], storage_url: str, telegram: FakeTelegramServer
+) -> dict[str, Any]:
+    result = tally(pushed, storage_url, telegram)
+    disorder = chats_out_of_order(pushed, storage_url, telegram)
+    return {**asdict(result), "whole": result.whole, "out_of_order": disorder}
+
+
+def _reflector_figures(check: tuple[int, list[str]]) -> dict[str, Any]:
+    runs, reflected_at_once = check
+    return {"reflected_by_two_at_once": reflected_at_once, "reflector_runs": runs}
+
+
+def _webhook_figures(
+    telegram: FakeTelegramServer, proxy: RoundRobinProxy, ports: list[int]
+) -> dict[str, Any]:
+    posts = list(telegram.webhook_posts)
+    served = [proxy.answered[f"http://127.0.0.1:{port}"] for port in ports]
     return {
-        **asdict(result),
-        "whole": result.whole,
-        "out_of_order": disorder,
-        "reflected_by_two_at_once": reflected_at_once,
-        "reflector_runs": runs,
         "webhook_posts": len(posts),
         "webhook_posts_refused": sum(1 for post in posts if not 200 <= post.status < 300),
         "served_per_process": served,
-        "seconds": round(seconds, 2),
-        "turns_per_s": round(turns / seconds, 2) if seconds else 0.0,
-        "cpu_ms_per_turn": None if killed else round(1000 * cpu_used / max(1, turns), 1),
-        # the fake Bot API, model and proxy (this process): on the same cores as the bots
-        "fakes_cpu_ms_per_turn": round(1000 * fakes_cpu / max(1, turns), 1),
-        "machine_busy_share": round(busy, 2),  # all cores, everything on the machine
-        "killed_one": killed,
+    }
+
+
+def _delivery_figures(delivered: list[dict[str, Any]], kill_mark: int | None) -> dict[str, Any]:
+    doubles = delivery_doubles(delivered, kill_mark or 0)
+    return {
+        "killed_one": kill_mark is not None,
         # replies sent before the kill and again after it (the dead process's send window:
         # Telegram accepted them, the process died before recording it): at-least-once
         "redelivered_after_kill": doubles["across_the_kill"],
         # doubles that the kill does not explain (must be none)
         "doubled_otherwise": doubles["otherwise"],
+    }
+
+
+def _speed_figures(
+    measured: dict[str, float], turns: int, killed: bool, stops: list[float]
+) -> dict[str, Any]:
+    seconds = measured["seconds"]
+    cpu_ms = round(1000 * measured["bots_cpu"] / max(1, turns), 1)
+    return {
+        "seconds": round(seconds, 2),
+        "turns_per_s": round(turns / seconds, 2) if seconds else 0.0,
+        "cpu_ms_per_turn": None if killed else cpu_ms,
+        # the fake Bot API, model and proxy (this process): on the same cores as the bots
+        "fakes_cpu_ms_per_turn": round(1000 * measured["fakes_cpu"] / max(1, turns), 1),
+        "machine_busy_share": round(measured["busy"], 2),  # all cores, everything on the machine
         "sigterm_stop_s": [round(stop, 2) for stop in stops],
     }

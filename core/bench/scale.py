@@ -158,13 +158,20 @@ def bench_scale(
             measure("postgresql", count, new_database())
         click.echo("migrate …", err=True)
         migrated = migrate_rate(new_database, migrate_messages)
+    setup = {"chats": chats, "messages_per_chat": messages, "model_delay_s": delay}
+    result = scale_summary(runs, setup, migrated)
+    echo_result(result, as_json, lambda: scale_lines(result))
+
+
+def scale_summary(
+    runs: list[dict[str, Any]], setup: dict[str, Any], migrated: dict[str, Any]
+) -> dict[str, Any]:
+    """The fleets' figures side by side, each against one PostgreSQL process."""
     base = next(r for r in runs if r["engine"] == "postgresql" and r["processes"] == 1)
     sqlite = runs[0]
-    result = {
+    return {
         "cores": os.cpu_count(),
-        "chats": chats,
-        "messages_per_chat": messages,
-        "model_delay_s": delay,
+        **setup,
         "runs": [
             {
                 "engine": r["engine"],
@@ -183,18 +190,18 @@ def bench_scale(
         "migrate": migrated,
     }
 
-    def lines() -> list[str]:
-        rows = [
-            f"{r['engine']:10} × {r['processes']}: {r['turns_per_s']:6.1f} turns/s"
-            f" ({r['speedup_vs_1_pg']:.2f}× one PostgreSQL process),"
-            f" {r['cpu_ms_per_turn']} CPU ms/turn, {'whole' if r['whole'] else 'NOT WHOLE'}"
-            for r in result["runs"]
-        ]
-        rows.append(f"CPU per turn, PostgreSQL / SQLite: {result['pg_cpu_per_turn_vs_sqlite']}")
-        rows.append(
-            f"migrate: {migrated['rows']:,} rows in {migrated['seconds']} s"
-            f" ({migrated['rows_per_second']:,} rows/s), verified {migrated['verified']}"
-        )
-        return rows
 
-    echo_result(result, as_json, lines)
+def scale_lines(result: dict[str, Any]) -> list[str]:
+    migrated = result["migrate"]
+    rows = [
+        f"{r['engine']:10} × {r['processes']}: {r['turns_per_s']:6.1f} turns/s"
+        f" ({r['speedup_vs_1_pg']:.2f}× one PostgreSQL process),"
+        f" {r['cpu_ms_per_turn']} CPU ms/turn, {'whole' if r['whole'] else 'NOT WHOLE'}"
+        for r in result["runs"]
+    ]
+    rows.append(f"CPU per turn, PostgreSQL / SQLite: {result['pg_cpu_per_turn_vs_sqlite']}")
+    rows.append(
+        f"migrate: {migrated['rows']:,} rows in {migrated['seconds']} s"
+        f" ({migrated['rows_per_second']:,} rows/s), verified {migrated['verified']}"
+    )
+    return rows

@@ -27,6 +27,8 @@ from typing import Any
 
 from core.testing.loopback import JsonHandler, LoopbackServer
 
+NOT_FOUND = json.dumps({"error": {"message": "not found"}})
+
 
 @dataclass
 class FakeReply:
@@ -178,55 +180,57 @@ class FakeOpenAIServer(LoopbackServer):
 
         class Handler(JsonHandler):
             def do_GET(self) -> None:
-                if self.path.rstrip("/") == "/props" and server.traits.props:
-                    settings = {"n_ctx": server.traits.n_ctx or 4096}
-                    body = {"default_generation_settings": settings, "total_slots": 1}
-                    self.send_json(200, json.dumps(body))
-                elif self.path.rstrip("/").endswith("/models"):
-                    self.send_json(200, json.dumps(server.traits.models_body()))
-                elif self.path.rstrip("/") == "/api/version" and server.traits.ollama:
-                    self.send_json(200, json.dumps({"version": "0.12.0"}))
-                elif self.path.rstrip("/") == "/api/ps" and server.traits.ollama:
-                    self.send_json(200, json.dumps(server.traits.ollama_ps()))
-                else:
-                    self.send_json(404, json.dumps({"error": {"message": "not found"}}))
+                self.send_json(*server.answer_get(self.path.rstrip("/")))
 
             def do_POST(self) -> None:
                 request = json.loads(self.read_body() or b"{}")
-                if self.path.rstrip("/") == "/api/show" and server.traits.ollama:
-                    status, shown = server.traits.ollama_show(str(request.get("model", "")))
-                    self.send_json(status, json.dumps(shown))
-                    return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self.send_json(404, json.dumps({"error": {"message": "not found"}}))
-                    return
-                refusal = server.traits.refusal(request)
-                if refusal is not None:
-                    with server._lock:
-                        server.requests.append(request)
-                        server.refused.append(refusal)
-                    error: dict[str, str | None] = {
-                        "message": refusal[1],
-                        "type": "invalid_request_error",
-                        "code": None,
-                    }
-                    if "maximum context length" in refusal[1]:
-                        error["code"] = "context_length_exceeded"
-                    self.send_json(refusal[0], json.dumps({"error": error}))
-                    return
-                reply = server.next_reply(request)
-                if reply.delay_s:
-                    time.sleep(reply.delay_s)
-                if reply.raw_body is not None:
-                    self.send_json(reply.status, reply.raw_body)
-                elif reply.status != 200:
-                    error = {"message": reply.error or "fake error", "type": "fake", "code": None}
-                    self.send_json(reply.status, json.dumps({"error": error}))
-                else:
-                    body = completion_body(request, reply, server.traits.tools_dropped)
-                    self.send_json(200, json.dumps(body))
+                self.send_json(*server.answer_post(self.path.rstrip("/"), request))
 
         return Handler
+
+    def answer_get(self, path: str) -> tuple[int, str]:
+        """(status, JSON body) for a GET: llama.cpp's /props, /models, Ollama's own API."""
+        traits = self.traits
+        if path == "/props" and traits.props:
+            settings = {"n_ctx": traits.n_ctx or 4096}
+            return 200, json.dumps({"default_generation_settings": settings, "total_slots": 1})
+        if path.endswith("/models"):
+            return 200, json.dumps(traits.models_body())
+        if path == "/api/version" and traits.ollama:
+            return 200, json.dumps({"version": "0.12.0"})
+        if path == "/api/ps" and traits.ollama:
+            return 200, json.dumps(traits.ollama_ps())
+        return 404, NOT_FOUND
+
+    def answer_post(self, path: str, request: dict[str, Any]) -> tuple[int, str]:
+        """(status, JSON body) for a POST: a chat completion (the next scripted reply, or
+        the refusal the server's traits call for), or Ollama's /api/show."""
+        if path == "/api/show" and self.traits.ollama:
+            status, shown = self.traits.ollama_show(str(request.get("model", "")))
+            return status, json.dumps(shown)
+        if not path.endswith("/chat/completions"):
+            return 404, NOT_FOUND
+        refusal = self.traits.refusal(request)
+        if refusal is not None:
+            with self._lock:
+                self.requests.append(request)
+                self.refused.append(refusal)
+            overflow = "maximum context length" in refusal[1]
+            error: dict[str, str | None] = {
+                "message": refusal[1],
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded" if overflow else None,
+            }
+            return refusal[0], json.dumps({"error": error})
+        reply = self.next_reply(request)
+        if reply.delay_s:
+            time.sleep(reply.delay_s)
+        if reply.raw_body is not None:
+            return reply.status, reply.raw_body
+        if reply.status != 200:
+            error = {"message": reply.error or "fake error", "type": "fake", "code": None}
+            return reply.status, json.dumps({"error": error})
+        return 200, json.dumps(completion_body(request, reply, self.traits.tools_dropped))
 
 
 def completion_body(

@@ -197,32 +197,16 @@ def _bench_memory_on(
     as_json: bool,
 ) -> None:
     from memory.embeddings import load_embedder
-    from memory.keyword_cache import keyword_lists
     from memory.stores import memory_store
-    from memory.vector_cache import chat_vectors
 
     rng = random.Random(7)
     embedder = load_embedder("", query_precision)
-    results: dict[str, dict[str, float]] = {}
     chat_id, other_id = _bench_chats(storage)
     memories = memory_store(storage, embedder)
-    texts = [synthetic_memory(rng) for _ in range(count)]
     started = time.perf_counter()
-    vectors = embedder.embed(texts) if embedder is not None else [None] * count
-    for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
-        owner = other_id if number % 10 == 9 else chat_id  # a neighbour chat's 10%
-        memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+    _fill(memories, embedder, (chat_id, other_id), count, rng)
     ingest_s = time.perf_counter() - started
-    # A chat's keyword lists are built at its first query (timed on its own), then
-    # kept up to date change by change (timed in "just after a new memory").
-    results["(keyword lists, first build)"] = _timed(
-        ["build"] * 5, partial(_first_build, memories, chat_id)
-    )
-    keyword_lists(memories, chat_id)  # built, as it stands between changes
-    results["(vectors held in memory, first build)"] = _timed(
-        ["build"] * 5, partial(_first_vectors, memories, chat_id)
-    )
-    chat_vectors(memories, chat_id)
+    results = _first_builds(memories, chat_id)
     modes = list(retrievers or RETRIEVERS)
     for mode in modes:
         asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
@@ -247,6 +231,41 @@ def _bench_memory_on(
     _print_memory_bench(
         count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
     )
+
+
+def _fill(
+    memories: Any,
+    embedder: Any,
+    chats: tuple[int, int],
+    count: int,
+    rng: random.Random,
+) -> None:
+    """`count` synthetic memories, one in ten in the neighbour chat (`chats[1]`)."""
+    texts = [synthetic_memory(rng) for _ in range(count)]
+    vectors = embedder.embed(texts) if embedder is not None else [None] * count
+    for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+        owner = chats[1] if number % 10 == 9 else chats[0]
+        memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+
+
+def _first_builds(memories: Any, chat_id: int) -> dict[str, dict[str, float]]:
+    """A chat's keyword lists and vectors are built at its first query (timed on their
+    own), then kept up to date change by change (timed in "just after a new memory");
+    left built, as they stand between changes."""
+    from memory.keyword_cache import keyword_lists
+    from memory.vector_cache import chat_vectors
+
+    results = {
+        "(keyword lists, first build)": _timed(
+            ["build"] * 5, partial(_first_build, memories, chat_id)
+        )
+    }
+    keyword_lists(memories, chat_id)
+    results["(vectors held in memory, first build)"] = _timed(
+        ["build"] * 5, partial(_first_vectors, memories, chat_id)
+    )
+    chat_vectors(memories, chat_id)
+    return results
 
 
 def _bench_chats(storage: Storage) -> tuple[int, int]:
