@@ -10,6 +10,11 @@ round trip to the server: a memory's provenance and the queue depth are one quer
 from __future__ import annotations
 
 from bots.web.store import (
+    CHAT_FIGURES,
+    CHAT_FIGURES_ORDER,
+    CHAT_PAGE,
+    CHAT_PAGE_ORDER,
+    USAGE_SERIES,
     ChatOverview,
     CompactionMark,
     ConversationEntry,
@@ -18,30 +23,11 @@ from bots.web.store import (
     QueueDepth,
     chat_search,
     days_from_rows,
+    entry_from_row,
     overview_from_row,
 )
 from core.pg_db import PgDatabase
 
-_PAGE = (
-    "SELECT c.id, c.channel, c.external_chat_id, c.title, c.kind,"
-    " (SELECT max(m.id) FROM messages m WHERE m.chat_id = c.id) AS last_id"
-    " FROM chats c {where}"
-)
-_FIGURES = (
-    "SELECT p.id, p.channel, p.external_chat_id, p.title, p.kind,"
-    " (SELECT count(*) FROM messages m WHERE m.chat_id = p.id),"
-    " (SELECT count(*) FROM memories x WHERE x.chat_id = p.id AND x.archived = 0),"
-    " coalesce((SELECT m.created_at FROM messages m WHERE m.id = p.last_id), ''),"
-    " coalesce((SELECT sum(m.token_estimate) FROM messages m"
-    "   WHERE m.chat_id = p.id AND m.id > coalesce(s.started_at_message_id, 0)), 0),"
-    " coalesce(s.summary, ''), coalesce(s.started_at_message_id, 0)"
-    " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
-)
-# Active chats first, the newest activity first (`DESC NULLS LAST`: SQLite's `last_id IS NULL`;
-# PostgreSQL does not take an output column's name inside an ORDER BY expression).
-_PAGE_ORDER = " ORDER BY last_id DESC NULLS LAST, c.id DESC"
-_FIGURES_ORDER = " ORDER BY p.last_id DESC NULLS LAST, p.id DESC"
-_BY = {"kind": "kind", "model": "model"}
 # A memory's run, its asking message and its supersede links in one round trip; a NULL
 # chat (a global memory) matches no run and no message.
 _PROVENANCE = (
@@ -74,9 +60,9 @@ class PgDashboardStore:
 
     def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
         where, params = chat_search(search, "%s")
-        page = _PAGE.format(where=where) + _PAGE_ORDER
+        page = CHAT_PAGE.format(where=where) + CHAT_PAGE_ORDER
         rows = self.db.read(
-            f"WITH page AS ({page} LIMIT %s OFFSET %s) {_FIGURES}{_FIGURES_ORDER}",
+            f"WITH page AS ({page} LIMIT %s OFFSET %s) {CHAT_FIGURES}{CHAT_FIGURES_ORDER}",
             (*params, limit, offset),
         )
         return [overview_from_row(row) for row in rows]
@@ -87,8 +73,8 @@ class PgDashboardStore:
         return int(row[0]) if row else 0
 
     def chat_overview(self, chat_id: int) -> ChatOverview | None:
-        page = _PAGE.format(where="WHERE c.id = %s")
-        row = self.db.read_one(f"WITH page AS ({page}) {_FIGURES}", (chat_id,))
+        page = CHAT_PAGE.format(where="WHERE c.id = %s")
+        row = self.db.read_one(f"WITH page AS ({page}) {CHAT_FIGURES}", (chat_id,))
         return overview_from_row(row) if row else None
 
     # -- a conversation ----------------------------------------------------------------
@@ -104,12 +90,7 @@ class PgDashboardStore:
             f" FROM messages WHERE chat_id = %s{before} ORDER BY id DESC LIMIT %s",
             params,
         )
-        return [
-            ConversationEntry(
-                int(row[0]), row[1], row[2] or "", row[3] or "", row[4] or "", row[5], row[6]
-            )
-            for row in reversed(rows)
-        ]
+        return [entry_from_row(row) for row in reversed(rows)]
 
     def chat_person(self, chat_id: int) -> str:
         row = self.db.read_one(
@@ -148,7 +129,7 @@ class PgDashboardStore:
     # -- per day, for the pictures -----------------------------------------------------
 
     def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
-        column = _BY[by]
+        column = USAGE_SERIES[by]
         rows = self.db.read(
             f"SELECT substr(created_at, 1, 10) AS day, {column},"
             " sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))"

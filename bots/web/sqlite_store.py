@@ -8,6 +8,11 @@ the same whatever the other chats hold.
 from __future__ import annotations
 
 from bots.web.store import (
+    CHAT_FIGURES,
+    CHAT_FIGURES_ORDER,
+    CHAT_PAGE,
+    CHAT_PAGE_ORDER,
+    USAGE_SERIES,
     ChatOverview,
     CompactionMark,
     ConversationEntry,
@@ -16,26 +21,10 @@ from bots.web.store import (
     QueueDepth,
     chat_search,
     days_from_rows,
+    entry_from_row,
     overview_from_row,
 )
 from core.db import Connection
-
-_PAGE = (
-    "SELECT c.id, c.channel, c.external_chat_id, c.title, c.kind,"
-    " (SELECT max(m.id) FROM messages m WHERE m.chat_id = c.id) AS last_id"
-    " FROM chats c {where}"
-)
-_FIGURES = (
-    "SELECT p.id, p.channel, p.external_chat_id, p.title, p.kind,"
-    " (SELECT count(*) FROM messages m WHERE m.chat_id = p.id),"
-    " (SELECT count(*) FROM memories x WHERE x.chat_id = p.id AND x.archived = 0),"
-    " coalesce((SELECT m.created_at FROM messages m WHERE m.id = p.last_id), ''),"
-    " coalesce((SELECT sum(m.token_estimate) FROM messages m"
-    "   WHERE m.chat_id = p.id AND m.id > coalesce(s.started_at_message_id, 0)), 0),"
-    " coalesce(s.summary, ''), coalesce(s.started_at_message_id, 0)"
-    " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
-)
-_BY = {"kind": "kind", "model": "model"}
 
 
 class SqliteDashboardStore:
@@ -48,10 +37,9 @@ class SqliteDashboardStore:
 
     def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
         where, params = chat_search(search, "?")
-        page = _PAGE.format(where=where) + " ORDER BY last_id IS NULL, last_id DESC, c.id DESC"
+        page = CHAT_PAGE.format(where=where) + CHAT_PAGE_ORDER
         rows = self.conn.execute(
-            f"WITH page AS ({page} LIMIT ? OFFSET ?) {_FIGURES}"
-            " ORDER BY p.last_id IS NULL, p.last_id DESC, p.id DESC",
+            f"WITH page AS ({page} LIMIT ? OFFSET ?) {CHAT_FIGURES}{CHAT_FIGURES_ORDER}",
             (*params, limit, offset),
         ).fetchall()
         return [overview_from_row(row) for row in rows]
@@ -61,8 +49,8 @@ class SqliteDashboardStore:
         return int(self.conn.execute(f"SELECT count(*) FROM chats c {where}", params).fetchone()[0])
 
     def chat_overview(self, chat_id: int) -> ChatOverview | None:
-        page = _PAGE.format(where="WHERE c.id = ?")
-        row = self.conn.execute(f"WITH page AS ({page}) {_FIGURES}", (chat_id,)).fetchone()
+        page = CHAT_PAGE.format(where="WHERE c.id = ?")
+        row = self.conn.execute(f"WITH page AS ({page}) {CHAT_FIGURES}", (chat_id,)).fetchone()
         return overview_from_row(row) if row else None
 
     # -- a conversation ----------------------------------------------------------------
@@ -75,12 +63,7 @@ class SqliteDashboardStore:
             " FROM messages WHERE chat_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
             (chat_id, before_id if before_id is not None else 2**63 - 1, limit),
         ).fetchall()
-        return [
-            ConversationEntry(
-                row[0], row[1], row[2] or "", row[3] or "", row[4] or "", row[5], row[6]
-            )
-            for row in reversed(rows)
-        ]
+        return [entry_from_row(row) for row in reversed(rows)]
 
     def chat_person(self, chat_id: int) -> str:
         row = self.conn.execute(
@@ -136,7 +119,7 @@ class SqliteDashboardStore:
     # -- per day, for the pictures -----------------------------------------------------
 
     def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
-        column = _BY[by]
+        column = USAGE_SERIES[by]
         rows = self.conn.execute(
             f"SELECT substr(created_at, 1, 10) AS day, {column},"
             " sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))"

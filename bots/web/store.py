@@ -151,6 +151,28 @@ class DashboardStore(Protocol):
     def queue_depth(self) -> QueueDepth: ...
 
 
+# A page of chats, then each one's figures (one statement on both engines; `{where}` is a
+# `chat_search` clause). Active chats first, the newest activity first.
+CHAT_PAGE = (
+    "SELECT c.id, c.channel, c.external_chat_id, c.title, c.kind,"
+    " (SELECT max(m.id) FROM messages m WHERE m.chat_id = c.id) AS last_id"
+    " FROM chats c {where}"
+)
+CHAT_PAGE_ORDER = " ORDER BY last_id DESC NULLS LAST, c.id DESC"
+CHAT_FIGURES = (
+    "SELECT p.id, p.channel, p.external_chat_id, p.title, p.kind,"
+    " (SELECT count(*) FROM messages m WHERE m.chat_id = p.id),"
+    " (SELECT count(*) FROM memories x WHERE x.chat_id = p.id AND x.archived = 0),"
+    " coalesce((SELECT m.created_at FROM messages m WHERE m.id = p.last_id), ''),"
+    " coalesce((SELECT sum(m.token_estimate) FROM messages m"
+    "   WHERE m.chat_id = p.id AND m.id > coalesce(s.started_at_message_id, 0)), 0),"
+    " coalesce(s.summary, ''), coalesce(s.started_at_message_id, 0)"
+    " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
+)
+CHAT_FIGURES_ORDER = " ORDER BY p.last_id DESC NULLS LAST, p.id DESC"
+USAGE_SERIES = {"kind": "kind", "model": "model"}  # the column each "tokens by" series groups
+
+
 def chat_search(search: str, placeholder: str) -> tuple[str, list[Any]]:
     """The WHERE clause of a chat search (title, `channel:chat_id` or the row id) with the
     engine's `placeholder` (`?` or `%s`), and its parameters."""
@@ -185,6 +207,13 @@ def overview_from_row(row: Sequence[Any]) -> ChatOverview:
         session_tokens=int(row[8]),
         summary=row[9],
         session_start=int(row[10]),
+    )
+
+
+def entry_from_row(row: Sequence[Any]) -> ConversationEntry:
+    """(id, role, sender, content, tool_calls, created_at, compaction_id) as an entry."""
+    return ConversationEntry(
+        int(row[0]), row[1], row[2] or "", row[3] or "", row[4] or "", row[5], row[6]
     )
 
 
