@@ -1,5 +1,9 @@
 """The one way to open Mnemo's SQLite database: WAL, foreign keys, busy timeout, sqlite-vec.
 
+`secure_delete` is on: a deleted row's bytes are overwritten with zeros, in its page and in
+pages that fall free, so "deleted for good" (a chat deleted, a memory forgotten) leaves no
+copy in the file once `scrub_deleted()` has checkpointed the WAL into it.
+
 SQLite comes from `pysqlite3` (a modern build that can load extensions) when it is
 installed, else from the standard library. Transactions are explicit: the connection
 is in autocommit mode and `transaction()` wraps a unit of work. Never `await` inside one.
@@ -93,6 +97,7 @@ def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) ->
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA secure_delete = ON")
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"cannot open database {path}: {exc}") from exc
     vec_version, vec_error = _load_vec(conn) if load_vec else (None, "disabled")
@@ -115,6 +120,23 @@ def open_copy(path: str | Path) -> Connection:
     )
     conn.info = DatabaseInfo(str(path), sqlite3.sqlite_version, None, "not loaded")
     return conn
+
+
+def scrub_deleted(conn: Connection) -> bool:
+    """After a deletion that promises permanence: copy the WAL into the database file (whose
+    freed bytes `secure_delete` zeroed) and truncate it, so the WAL keeps no earlier page
+    images holding the deleted text. False (and a warning) when another connection's open
+    read kept part of the WAL; the next checkpoint finishes it."""
+    if conn.in_transaction or conn.info.path == ":memory:":
+        return False
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        logger.warning(
+            "%s: another connection is reading, so the write-ahead log still holds"
+            " deleted text until the next checkpoint",
+            conn.info.path,
+        )
+    return not busy
 
 
 def vec_available(conn: Connection) -> bool:
