@@ -5,7 +5,8 @@ MnemoError
 ├── InputError             bad input from a user, a tool call or the CLI (too long, bad id, …)
 ├── StorageError           database or migration failure
 │   ├── LeaseLost          another process took the chat over while this one worked
-│   └── StorageFull        the disk (or the database's size limit) is full: nothing was written
+│   ├── StorageFull        the disk (or the database's size limit) is full: nothing was written
+│   └── DatabaseGone       the open database file was deleted or replaced under the process
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
@@ -53,6 +54,11 @@ class LeaseLost(StorageError):
 
 class StorageFull(StorageError):
     """The disk or the database file is full (SQLITE_FULL); the write did not happen."""
+
+
+class DatabaseGone(StorageError):
+    """The SQLite file this process opened is no longer the one at its path (deleted, or
+    replaced by another file): writing on would go into a file nobody will open again."""
 
 
 class EmbeddingUnavailable(MnemoError):

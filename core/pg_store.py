@@ -109,6 +109,9 @@ class PgSessionStore:
             conn.execute("DELETE FROM chats WHERE id = %s", (chat_id,))
         return int(gone)
 
+    def scrub_deleted(self, tables: tuple[str, ...] = ()) -> None:
+        self.db.vacuum(tables)
+
     # -- messages ----------------------------------------------------------------------
 
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:

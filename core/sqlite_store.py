@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from core.api import Chat
-from core.db import Connection, transaction
+from core.db import Connection, scrub_deleted, transaction
 from core.model_profile import ModelProfile
 from core.store import (
     COMPACTION_COLUMNS,
@@ -85,6 +85,9 @@ class SqliteSessionStore:
             self.conn.execute("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
             self.conn.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
         return int(gone.rowcount)
+
+    def scrub_deleted(self, tables: tuple[str, ...] = ()) -> None:
+        scrub_deleted(self.conn)
 
     # -- messages ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from core.config import StorageConfig
-from core.db import Connection, connect
+from core.db import Connection, check_file, connect
 from core.errors import StorageError
 from core.pg_db import PgDatabase
 
@@ -48,6 +48,12 @@ class Storage:
             return f"{info.display_url} (PostgreSQL {info.server_version})"
         info_sqlite = self.sqlite_conn.info
         return f"{info_sqlite.path} (SQLite {info_sqlite.sqlite_version})"
+
+    def check_file(self) -> None:
+        """SQLite: raise `DatabaseGone` when the database file was deleted or replaced
+        under this process. PostgreSQL: nothing to check (the server owns the files)."""
+        if self.sqlite is not None:
+            check_file(self.sqlite)
 
     def close(self) -> None:
         if self.postgres is not None:

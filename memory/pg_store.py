@@ -245,6 +245,8 @@ class PgMemoryStore:
         with self.db.transaction() as conn:
             tombstones.bury(conn, memory, forgotten_by, speaker)
             self.delete(memory_id)
+        if not self.db.in_transaction():
+            self.db.vacuum(("memories",))  # its dead row out of the table and its indexes
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
         with self.db.connection() as conn:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from core.db import Connection, transaction
+from core.db import Connection, scrub_deleted, transaction
 from core.errors import InputError
 from memory import index_store as index
 from memory import tombstone_store
@@ -216,6 +216,7 @@ class SqliteMemoryStore:
         with transaction(self.conn):
             tombstone_store.bury(self.conn, memory, forgotten_by, speaker)
             self.delete(memory_id)
+        scrub_deleted(self.conn)  # the WAL's older copies of it (no-op inside a transaction)
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
         return tombstone_store.of_scope(self.conn, chat_id)

@@ -220,7 +220,9 @@ class MemoryStore(Protocol):
 
     def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
         """Delete a memory a person asked to forget, leaving a tombstone in the same
-        transaction; `speaker` is whose "I" the text uses (for `memory.forgetting`)."""
+        transaction; `speaker` is whose "I" the text uses (for `memory.forgetting`). Outside
+        a transaction, the engine's leftover copies of it are scrubbed too (SQLite: the WAL
+        is checkpointed; PostgreSQL: `memories` is vacuumed); the tombstone keeps its text."""
         ...
 
     def tombstones(self, chat_id: int | None) -> Tombstones:

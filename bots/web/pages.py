@@ -39,6 +39,13 @@ def int_param(request: Request, name: str, default: int = 0) -> int:
     return default if value is None else value
 
 
+def page_param(request: Request, items: int, per_page: int) -> tuple[int, int]:
+    """(the page asked for, kept within 1 … the last page; how many pages there are): a
+    page beyond the last shows the last, and no offset outgrows a database integer."""
+    pages = max((items + per_page - 1) // per_page, 1)
+    return min(max(int_param(request, "page", 1), 1), pages), pages
+
+
 class Pages:
     """Renders each page from the dashboard's reads."""
 
@@ -66,13 +73,12 @@ class Pages:
 
     async def chats(self, request: Request) -> Response:
         search = request.query_params.get("q", "")[:200]
-        page = max(int_param(request, "page", 1), 1)
         store = self.dashboard.store
-        rows = store.chat_overviews(search, CHATS_PER_PAGE, (page - 1) * CHATS_PER_PAGE)
         total = store.count_chats(search)
+        page, pages = page_param(request, total, CHATS_PER_PAGE)
+        rows = store.chat_overviews(search, CHATS_PER_PAGE, (page - 1) * CHATS_PER_PAGE)
         window, config = self.window(), self.dashboard.config
         pressures = {row.id: session_pressure(row, config, window) for row in rows}
-        pages = max((total + CHATS_PER_PAGE - 1) // CHATS_PER_PAGE, 1)
         return self.render(
             request,
             "chats.html",
@@ -102,8 +108,8 @@ class Pages:
     async def memories(self, request: Request, chat: Chat) -> Response:
         archived = request.query_params.get("archived") == "1"
         question = request.query_params.get("q", "")[:2000]
-        page = max(int_param(request, "page", 1), 1)
         found = self.dashboard.memories(chat, archived=archived)
+        page, pages = page_param(request, len(found), MEMORIES_PER_PAGE)
         start = (page - 1) * MEMORIES_PER_PAGE
         recall = self.dashboard.recall(chat, question) if question.strip() else None
         tombstones = self.dashboard.keeper.store.tombstones(chat.id)
@@ -115,7 +121,7 @@ class Pages:
             memories=found[start : start + MEMORIES_PER_PAGE],
             total=len(found),
             page=page,
-            pages=max((len(found) + MEMORIES_PER_PAGE - 1) // MEMORIES_PER_PAGE, 1),
+            pages=pages,
             archived=archived,
             recall=recall,
             question=question,
