@@ -24,6 +24,7 @@ from typing import Any
 from core.clock import iso_utc, now_iso, utc_now
 from core.errors import InputError
 from core.pg_db import PgDatabase
+from memory import note_store
 from memory import pg_index_store as index
 from memory import pg_tombstone_store as tombstones
 from memory.embeddings import Embedder
@@ -36,6 +37,7 @@ from memory.store import (
     Marks,
     Memories,
     Memory,
+    NoteChange,
     RankingRows,
     Tombstones,
     Vector,
@@ -255,6 +257,13 @@ class PgMemoryStore:
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
         with self.db.transaction() as conn:
             tombstones.lift(conn, tombstone_ids)
+
+    def record_note_change(self, change: NoteChange) -> None:
+        self.db.write(note_store.postgresql(note_store.RECORD), note_store.record_params(change))
+
+    def note_changes(self, chat_id: int, limit: int) -> list[NoteChange]:
+        rows = self.db.read(note_store.postgresql(note_store.OF_CHAT), (chat_id, limit))
+        return note_store.changes_from_rows(rows)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         with self.db.transaction() as conn:

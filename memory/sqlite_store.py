@@ -15,7 +15,7 @@ from typing import Any
 from core.db import Connection, scrub_deleted, transaction
 from core.errors import InputError
 from memory import index_store as index
-from memory import tombstone_store
+from memory import note_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.store import (
     MAX_CONTENT_CHARS,
@@ -25,6 +25,7 @@ from memory.store import (
     Marks,
     Memories,
     Memory,
+    NoteChange,
     RankingRows,
     Tombstones,
     Vector,
@@ -224,6 +225,13 @@ class SqliteMemoryStore:
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
         with transaction(self.conn):
             tombstone_store.lift(self.conn, tombstone_ids)
+
+    def record_note_change(self, change: NoteChange) -> None:
+        self.conn.execute(note_store.RECORD, note_store.record_params(change))
+
+    def note_changes(self, chat_id: int, limit: int) -> list[NoteChange]:
+        rows = self.conn.execute(note_store.OF_CHAT, (chat_id, limit)).fetchall()
+        return note_store.changes_from_rows(rows)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         with transaction(self.conn):

@@ -158,6 +158,7 @@ class Pages:
             "notes.html",
             "notes",
             notes=self.dashboard.notes(chat),
+            changes=self.dashboard.note_changes(chat),
             error=error,
             done=done,
             status=status,
