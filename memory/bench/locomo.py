@@ -255,7 +255,9 @@ def _score(
     sample: str,
 ) -> None:
     started = time.perf_counter()
-    ranked = rank_memories(store, chat_id, question.text, max(DEPTH, *ks), mode=retriever)
+    # Not time-aware here: rows are created now; the refiner dates them by their session.
+    depth = max(DEPTH, *ks)
+    ranked = rank_memories(store, chat_id, question.text, depth, mode=retriever, time_aware=False)
     ranking = refiner.refine(question.text, [(r.memory.id, r.score) for r in ranked])
     result.latencies_ms.append((time.perf_counter() - started) * 1000)
     result.n_questions += 1

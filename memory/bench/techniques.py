@@ -96,4 +96,7 @@ class Refiner:
         return ranking
 
 
-DEFAULT: frozenset[str] = frozenset()  # the techniques kept after measuring (see the report)
+# Kept after measuring on LoCoMo dev: each raises cov@10 alone on all 5 conversations (turns)
+# and together they do for turns and for observation facts; time-intent mainly lifts cov@5
+# and temporal questions. focus, resolve-dates, feedback and entities did not hold.
+DEFAULT = frozenset({"date-prefix", "neighbours", "time-intent"})
