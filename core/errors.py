@@ -7,6 +7,7 @@ MnemoError
 │   ├── LeaseLost          another process took the chat over while this one worked
 │   └── StorageFull        the disk (or the database's size limit) is full: nothing was written
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── EmbeddedModelError     the embedded demo model is not installed or did not start
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
@@ -57,6 +58,10 @@ class StorageFull(StorageError):
 
 class EmbeddingUnavailable(MnemoError):
     """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
+
+
+class EmbeddedModelError(MnemoError):
+    """The embedded demo model (`[embedded]`) is not installed, or its server did not start."""
 
 
 class DeliveryFailed(MnemoError):

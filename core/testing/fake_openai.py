@@ -11,7 +11,8 @@ chat template that refuses a late system message (500, as a Mistral-style templa
 raises), a model without tool support (400, as Ollama answers), a server without
 `json_schema` structured output (500, llama-cpp-python's validation error), a template
 that drops the tool schemas from the prompt, llama.cpp's `/props`, vLLM's
-`max_model_len` and Ollama's `/api/show`, `/api/ps` and "not found, try pulling it first".
+`max_model_len` and Ollama's `/api/tags`, `/api/show`, `/api/ps` and "not found, try
+pulling it first".
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ class ServerTraits:
         capabilities = ["completion", *(["tools"] if self.ollama.tools else [])]
         info = {"llama.context_length": 131072}
         return 200, {"parameters": parameters, "capabilities": capabilities, "model_info": info}
+
+    def ollama_tags(self) -> dict[str, Any]:
+        """The pulled models, named as Ollama lists them (`name:tag`)."""
+        names = [name if ":" in name else f"{name}:latest" for name in self.served]
+        return {"models": [{"name": name, "model": name, "size": 2_019_393_189} for name in names]}
 
     def ollama_ps(self) -> dict[str, Any]:
         if self.ollama is None or not self.ollama.running_ctx:
@@ -200,6 +206,8 @@ class FakeOpenAIServer(LoopbackServer):
             return 200, json.dumps({"version": "0.12.0"})
         if path == "/api/ps" and traits.ollama:
             return 200, json.dumps(traits.ollama_ps())
+        if path == "/api/tags" and traits.ollama:
+            return 200, json.dumps(traits.ollama_tags())
         return 404, NOT_FOUND
 
     def answer_post(self, path: str, request: dict[str, Any]) -> tuple[int, str]:
