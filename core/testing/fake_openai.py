@@ -70,7 +70,8 @@ class ServerTraits:
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
 
     def models_body(self) -> dict[str, Any]:
-        entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in self.served]
+        names = self.ollama_names() if self.ollama else list(self.served)
+        entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in names]
         if self.max_model_len:
             for entry in entries:
                 entry["max_model_len"] = self.max_model_len
@@ -84,9 +85,12 @@ class ServerTraits:
         info = {"llama.context_length": 131072}
         return 200, {"parameters": parameters, "capabilities": capabilities, "model_info": info}
 
-    def ollama_tags(self) -> dict[str, Any]:
+    def ollama_names(self) -> list[str]:
         """The pulled models, named as Ollama lists them (`name:tag`)."""
-        names = [name if ":" in name else f"{name}:latest" for name in self.served]
+        return [name if ":" in name else f"{name}:latest" for name in self.served]
+
+    def ollama_tags(self) -> dict[str, Any]:
+        names = self.ollama_names()
         return {"models": [{"name": name, "model": name, "size": 2_019_393_189} for name in names]}
 
     def ollama_ps(self) -> dict[str, Any]:

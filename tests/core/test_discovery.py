@@ -132,3 +132,23 @@ async def test_doctor_warns_when_config_and_server_disagree(store: SqliteSession
     lines = await _checks(ServerTraits(props=True, n_ctx=2048), store, context_window=8192)
     assert lines["context window"].startswith("[warn]")
     assert "server says 2048" in lines["context window"]
+
+
+@pytest.mark.parametrize(
+    ("traits", "configured", "label"),
+    [
+        # llama.cpp serves its one model whatever `[llm] model` names: the label is its id.
+        (ServerTraits(served=("SmolLM2-135M",), props=True, n_ctx=2048), "llama3.2", "SmolLM2-135M"),
+        (ServerTraits(served=("llama3.2", "qwen3"), ollama=OllamaTraits()), "llama3.2", "llama3.2:latest"),
+        (ServerTraits(served=("a/b", "c/d"), max_model_len=4096), "c/d", "c/d"),
+        # Several models and none of them the configured one: nothing to say.
+        (ServerTraits(served=("x", "y")), "z", "z"),
+    ],
+)  # fmt: skip
+async def test_the_label_is_the_id_the_server_reports(
+    store: SqliteSessionStore, traits: ServerTraits, configured: str, label: str
+) -> None:
+    await _discover(traits, store, configured)
+    profile = load_profile(store, configured)
+    assert profile.label == label
+    assert profile.served_id == (None if label == configured == "z" else label)
