@@ -138,8 +138,8 @@ async def test_doctor_warns_when_config_and_server_disagree(store: SqliteSession
     ("traits", "configured", "label"),
     [
         # llama.cpp serves its one model whatever `[llm] model` names: the label is its id.
-        (ServerTraits(served=("SmolLM2-135M",), props=True, n_ctx=2048), "llama3.2", "SmolLM2-135M"),
-        (ServerTraits(served=("llama3.2", "qwen3"), ollama=OllamaTraits()), "llama3.2", "llama3.2:latest"),
+        (ServerTraits(served=("SmolLM2",), props=True, n_ctx=2048), "llama3.2", "SmolLM2"),
+        (ServerTraits(served=("l3", "q"), ollama=OllamaTraits()), "l3", "l3:latest"),
         (ServerTraits(served=("a/b", "c/d"), max_model_len=4096), "c/d", "c/d"),
         # Several models and none of them the configured one: nothing to say.
         (ServerTraits(served=("x", "y")), "z", "z"),
