@@ -150,6 +150,15 @@ async def choose_model(
         servers = [found]
     else:
         servers = await find_servers(client, options.scan_urls)
+    while not servers and interactive:
+        url = click.prompt(
+            "URL of a model server (blank: the embedded demo model)", default="", show_default=False
+        )
+        found = await scan_server(client, url) if url else None
+        if not url:
+            break
+        click.echo(f"  {url}: " + (_listing(found) if found else "nothing"))
+        servers = [found] if found is not None and found.models else []
     return pick_model(servers, options.model_name, interactive)
 
 
