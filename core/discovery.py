@@ -6,7 +6,7 @@
   `num_ctx` in its parameters; else Ollama's default (4,096 whatever the model was
   trained for, which is why the README tells Ollama users about `num_ctx`).
   `/api/show` also lists the model's capabilities (tools).
-- Every server: the model's id as it reports it (`ServerFacts.served_id`), kept in the
+- Every server: the model's id as it reports it (`ServerFacts.served_model`), kept in the
   model's profile as the label to show.
 - llama-cpp-python and hosted APIs say nothing here: the window is then learned from the
   first overflow error (`core.turn`), or comes from the known hosted-model table.
@@ -52,7 +52,7 @@ class ServerFacts:
         bare = {name.removesuffix(":latest") for name in self.served_models}
         return model in self.served_models or model.removesuffix(":latest") in bare
 
-    def served_id(self, model: str) -> str | None:
+    def served_model(self, model: str) -> str | None:
         """The id the server reports for what it serves when asked for `model` (the label
         to show, e.g. llama.cpp's one model whatever `[llm] model` says); None: unknown."""
         names = self.served_models or ()
@@ -167,9 +167,9 @@ async def discover(
         changes.update(window=facts.window, window_source=facts.window_source)
     if facts.tools is False:
         changes["tools"] = False
-    served_id = facts.served_id(model)
-    if served_id:
-        changes["served_id"] = served_id
+    served_model = facts.served_model(model)
+    if served_model:
+        changes["served_model"] = served_model
     profile = learn(store, model, **changes) if changes else load_profile(store, model)
     if llm.context_window and facts.window and facts.window != llm.context_window:
         logger.warning(

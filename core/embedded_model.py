@@ -143,7 +143,7 @@ def start_embedded(config: EmbeddedConfig, log_dir: Path) -> EmbeddedServer:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
     server = EmbeddedServer(process, port, model_alias(config), config.n_ctx, log_path)
     try:
@@ -205,5 +205,5 @@ def remember_window(store: ProfileStore, server: EmbeddedServer) -> None:
         server.alias,
         window=server.n_ctx,
         window_source="embedded server (--n_ctx)",
-        served_id=server.alias,
+        served_model=server.alias,
     )

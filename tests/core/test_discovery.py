@@ -150,5 +150,5 @@ async def test_the_label_is_the_id_the_server_reports(
 ) -> None:
     await _discover(traits, store, configured)
     profile = load_profile(store, configured)
-    assert profile.label == label
-    assert profile.served_id == (None if label == configured == "z" else label)
+    assert (profile.served_model or profile.model) == label
+    assert profile.served_model == (None if label == configured == "z" else label)
