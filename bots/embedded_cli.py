@@ -1,7 +1,8 @@
 """When and how the CLI uses the embedded demo model (`[embedded]`), and `mnemo embedded`.
 
 `serving_model(config, interactive)` decides: `use = "on"` starts it; `"auto"` starts it
-when no server answers at `[llm] base_url` (asking first in a terminal); `"off"` never.
+when no server answers at `[llm] base_url` (asking first in a terminal; unattended, only
+when no `base_url` was configured); `"off"` never.
 It yields the config the runtime is built from (pointed at the embedded server when it
 runs) and stops the server when the block ends.
 """
@@ -59,14 +60,27 @@ def wants_embedded(config: Config, interactive: bool) -> bool:
         )
         return False
     if not interactive:
-        click.echo(f"No model server answered at {config.llm.base_url}.", err=True)
-        return True
+        return unattended_fallback(config)
     return click.confirm(
         f"No model server answered at {config.llm.base_url}. Start the embedded demo model "
         "(a tiny model, for trying Mnemo out)?",
         default=True,
         err=True,
     )
+
+
+def unattended_fallback(config: Config) -> bool:
+    """Without a terminal to ask: the demo model stands in only when no server was
+    configured; a configured one that is down is never swapped for it silently."""
+    if "base_url" in config.llm.model_fields_set:
+        click.echo(
+            f"No model server answered at {config.llm.base_url}; not falling back on the "
+            'embedded demo model, since a server is configured ([embedded] use = "on" would).',
+            err=True,
+        )
+        return False
+    click.echo(f"No model server configured, none answered at {config.llm.base_url}.", err=True)
+    return True
 
 
 @contextmanager

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from bots.demo_install import Progress, follow, pip_command
+from bots.embedded_cli import unattended_fallback
+from core.config import load_config
 from core.testing.fake_openai import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +79,24 @@ def test_install_if_needed_does_nothing_when_a_server_answers(tmp_path: Path) ->
         done = mnemo(tmp_path, "embedded", "install", "--if-needed")
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("toml", "falls_back", "said"),
+    [
+        ("", True, "No model server configured"),
+        (f'[llm]\nbase_url = "{DEAD_URL}"\n', False, "not falling back"),
+    ],
+)
+def test_unattended_only_an_unconfigured_server_is_replaced_by_the_demo_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, falls_back: bool, said: str
+) -> None:
+    """A configured server that is down is never swapped for a tiny model behind the
+    operator's back (its replies, and the reflector's facts, would be the demo model's)."""
+    path = tmp_path / "config.toml"
+    path.write_text(toml, encoding="utf-8")
+    assert unattended_fallback(load_config(path, env={})) is falls_back
+    assert said in capsys.readouterr().err
 
 
 PIP_OUTPUT = """\

@@ -16,19 +16,19 @@ from tests.conftest import run_mnemo
 
 pytestmark = pytest.mark.real
 
-DEAD_URL = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
-
 
 @pytest.fixture
 def no_server_config(tmp_path: Path) -> Path:
-    """What `mnemo init` writes on a machine with no server, but with `auto`: the model
-    server configured is not there, so Mnemo must fall back on its own."""
+    """A fresh machine: no model server configured (the default, Ollama's port, has none;
+    `[embedded] use` is its default, "auto"), so Mnemo must fall back on its own."""
+    if listening(11434):
+        pytest.fail("something serves on :11434; this test needs a machine without", pytrace=False)
     missing = embedded_missing(EmbeddedConfig())
     if missing:
         pytest.fail(f"the embedded demo model is not installed: {missing}", pytrace=False)
     path = tmp_path / "config.toml"
     path.write_text(
-        f'[llm]\nbase_url = "{DEAD_URL}"\nmax_retries = 0\n[embedded]\nuse = "auto"\n'
+        f'[llm]\nmax_retries = 0\n[embedded]\nuse = "auto"\n'
         f'[storage]\ndata_dir = "{tmp_path / "data"}"\n[reflector]\nenabled = false\n',
         encoding="utf-8",
     )
