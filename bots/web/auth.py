@@ -25,7 +25,7 @@ from starlette.types import ASGIApp
 
 COOKIE = "mnemo_session"
 MAX_SESSIONS = 64
-OPEN_PATHS = ("/login", "/static/")
+OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Pragma": "no-cache",

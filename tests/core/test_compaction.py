@@ -290,8 +290,9 @@ class FlushRecorder(Extension):
         self.server = server
         self.calls: list[int] = []
 
-    async def before_compaction(self, turn: TurnContext) -> None:
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
         self.calls.append(len(self.server.requests))
+        return True
 
 
 async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_window(
