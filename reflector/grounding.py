@@ -20,7 +20,7 @@ from memory.terms import STOP_WORDS, token_list
 UNGROUNDED = "ungrounded"
 # Words a fact uses to speak about people rather than about what they said.
 _FACT_TEXT = """user users person people assistant bot someone they he she his her their
-    mentioned mentions said says stated states told tells"""
+    mentioned mentions said says stated states told tells name names named called"""
 FACT_WORDS = frozenset(_FACT_TEXT.split())
 # Longest first, so "ations" is tried before "s".
 _SUFFIXES = ("ations", "ation", "ings", "ing", "ies", "ied", "ers", "er", "ed", "es", "ly", "s")
@@ -71,7 +71,9 @@ class Grounding:
         self.names = _stems_of(m.sender for m in messages if m.sender)
 
     def check(self, fact: str) -> GroundingVerdict:
-        words = self.content_words(fact)
+        # A fact that is only about who someone is ("The user's name is Marta") is judged
+        # by the names in it, which must then have been said.
+        words = self.content_words(fact) or self.names_in(fact)
         from_users = tuple(w for w in words if stem(w) in self.users)
         only_assistant = tuple(
             w for w in words if stem(w) not in self.users and stem(w) in self.assistant
@@ -79,6 +81,10 @@ class Grounding:
         nowhere = tuple(w for w in words if w not in from_users and w not in only_assistant)
         grounded = bool(from_users) and len(only_assistant) <= len(from_users)
         return GroundingVerdict(grounded, from_users, only_assistant, nowhere)
+
+    def names_in(self, fact: str) -> list[str]:
+        """The speakers' names the fact uses."""
+        return _names_in(fact, self.names)
 
     def content_words(self, fact: str) -> list[str]:
         """The fact's distinct words that say something: no stop word, no speaker's name,
@@ -89,6 +95,10 @@ class Grounding:
             for word in words
             if word not in STOP_WORDS and word not in FACT_WORDS and stem(word) not in self.names
         ]
+
+
+def _names_in(fact: str, names: set[str]) -> list[str]:
+    return [w for w in dict.fromkeys(token_list(fact)) if w not in STOP_WORDS and stem(w) in names]
 
 
 def _stems_of(texts: Iterable[str]) -> set[str]:

@@ -60,6 +60,13 @@ def test_facts_from_the_assistant_or_from_nowhere_are_refused_with_a_reason() ->
     assert not grounding.check("Alice likes Elenrocha.").grounded
 
 
+def test_a_fact_about_who_someone_is_is_grounded_when_the_name_was_said() -> None:
+    grounding = Grounding(BATCH)  # Alice said "I'm Alice"
+    assert grounding.check("The user's name is Alice.").grounded
+    quiet = Grounding([message("user", "I have a dog.", "bob"), message("assistant", "Hi Bob!")])
+    assert not quiet.check("The user's name is Bob.").grounded  # only the bot said it
+
+
 async def test_a_pass_refuses_facts_taken_from_the_bots_replies_and_counts_why(
     reflector: Reflector, fake_llm: FakeOpenAIServer, db: Storage
 ) -> None:
