@@ -2,10 +2,12 @@
 
 Per chat, up to `batch_messages` messages after the cursor, in batches that fit the
 model's window (`reflector.batching`). Per batch: claim the lease, ask the model
-(`reflector.calls`; a batch that overflows or whose reply is cut is halved and retried),
-gate and embed the facts off the event loop, then store the memories, move the cursor and
-log the run in ONE transaction. A failure writes nothing but a failed run row; the same
-messages are tried next pass, smaller. When the messages themselves keep failing
+(`reflector.calls`; a batch that overflows, or whose reply is cut or unusable, is halved
+and retried), gate the facts (quality, then grounding in the users' own words:
+`reflector.grounding`; each refusal counted with its reason) and embed them off the event
+loop, then store the memories, move the cursor and log the run in ONE transaction. A
+failure writes nothing but a failed run row; the same messages are tried next pass,
+smaller. When the messages themselves keep failing
 (`[reflector] max_attempts`), the batch is logged as skipped with a warning and the cursor
 moves past it: no chat stalls for good, and the messages stay in the chat.
 """
