@@ -139,6 +139,19 @@ def server_disagrees(llm: LLMConfig, profile: ModelProfile) -> str:
     return ""
 
 
+def served_id(profile: ModelProfile) -> str:
+    """The id the server reports for the model (discovery stores it as `served_model`),
+    else the configured id: what status pages label the model with."""
+    return str(getattr(profile, "served_model", None) or profile.model)
+
+
+def model_label(profile: ModelProfile) -> str:
+    """The served id with the configured one when they differ: "SmolLM2-135M-Instruct
+    (configured as llama3.2)"."""
+    served = served_id(profile)
+    return served if served == profile.model else f"{served} (configured as {profile.model})"
+
+
 def tools_enabled(llm: LLMConfig, profile: ModelProfile) -> bool:
     """Whether to send tools: `[llm] tools` on/off, or auto (unless found unsupported)."""
     if llm.tools != "auto":
