@@ -31,6 +31,17 @@ from memory.embeddings import Embedder, load_embedder
 REPO = Path(__file__).resolve().parent.parent
 
 RUN_CACHE = "MNEMO_TEST_RUN_CACHE"
+# The slowest tests (whole `mnemo` processes, fleets, exports), handed out first on xdist
+# workers so the run does not end waiting on one of them.
+SLOWEST_FIRST = (
+    "tests/e2e/",
+    "tests/bots/test_durability.py",
+    "tests/memory/test_onnx.py",
+    "tests/memory/test_extension.py",
+    "tests/memory/test_forgetting.py",
+    "tests/reflector/test_cli.py",
+    "tests/core/test_backup.py",
+)
 
 
 def run_cache() -> str:
@@ -49,6 +60,12 @@ def run_cache() -> str:
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
 MNEMO = [sys.executable, "-m", "bots.cli"]
 _DATABASE_NUMBERS = itertools.count(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
 
 
 @pytest.fixture(scope="session", autouse="PYTEST_XDIST_WORKER" in os.environ)
