@@ -52,7 +52,8 @@ def imported_by(*args: str) -> set[str]:
     """The top-level packages `python -m bots.cli ARGS` imports (from `-X importtime`)."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "bots.cli", *args],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
