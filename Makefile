@@ -39,8 +39,12 @@ run: configured
 chat: configured
 	$(VENV)/bin/mnemo chat
 
+# 4 workers on 2 cores pay: the suite mostly waits (mnemo processes, PostgreSQL, sockets).
+# loadgroup keeps the tests that share one expensive fixture (xdist_group) on one worker.
+TEST_WORKERS ?= 4
+
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # llama-cpp-python builds from source the first time (~10 min on 2 cores); pip keeps the
 # wheel in its cache, so later installs take seconds.
