@@ -18,6 +18,7 @@ from core.extensions import Extensions
 from core.hooks import Plugin
 from core.llm import OpenAILLM
 from core.request_plan import RequestPlanner
+from core.skills import plugin as skills_plugin
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
 from core.stores import file_store, session_store
@@ -32,6 +33,7 @@ PLUGINS: tuple[Plugin, ...] = (
     default_plugin,
     memory_plugin,
     strategies_plugin,
+    skills_plugin,
     reflector_plugin,
     web_plugin,
 )
