@@ -286,7 +286,9 @@ class FetchConfig(Section):
                 ipaddress.ip_network(entry.strip(), strict=False)
             except ValueError:
                 if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", entry.strip()):
-                    raise ValueError(f"{entry!r} is neither a host name nor an address/network")
+                    raise ValueError(
+                        f"{entry!r} is neither a host name nor an address/network"
+                    ) from None
         return [entry.strip().lower() for entry in entries]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -46,7 +47,7 @@ class FileStore(Protocol):
         """Where `path` is, for people: an absolute file path, or `postgresql:<path>`."""
         ...
 
-    def stamps(self, prefixes: list[str], file_name: str = "") -> dict[str, str]:
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
         """{path: version stamp} of every file under the directories `prefixes` (one round
         trip on PostgreSQL); with `file_name`, only the files of that name one folder down
         (`<prefix><folder>/<file_name>`). A stamp changes whenever the file is written, so
@@ -133,7 +134,7 @@ class DirectoryFileStore:
     def location(self, path: str) -> str:
         return str(self._path(path).resolve())
 
-    def stamps(self, prefixes: list[str], file_name: str = "") -> dict[str, str]:
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
         """mtime (ns) and size, from `os.scandir` (pathlib's rglob is many times slower)."""
         found: dict[str, str] = {}
         for prefix in prefixes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from core.file_store import clean_path, clean_prefix
 from core.pg_db import PgDatabase
 
@@ -45,7 +47,7 @@ class PgFileStore:
         )
         return [str(row[0]) for row in rows]
 
-    def stamps(self, prefixes: list[str], file_name: str = "") -> dict[str, str]:
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
         cleaned = [clean_prefix(prefix) for prefix in prefixes]
         rows = self.db.read(
             "SELECT path, updated_at || ':' || md5(content) FROM stored_files"

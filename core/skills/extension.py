@@ -26,25 +26,28 @@ HEADER = (
 
 
 def render_skills(skills: list[Skill], max_chars: int) -> str:
-    """The header and one `- name: description` line a skill, within `max_chars`; the
-    skills that do not fit are named on one line (or counted, if even that does not fit)."""
+    """The header and one `- name: description` line a skill, within `max_chars`. When
+    they do not all fit, as many lines as leave room to name the rest on one line (the
+    model can still read those); if even that does not fit, the rest are counted."""
     if not skills:
         return ""
-    lines = [HEADER]
-    used = len(HEADER)
-    left_out: list[str] = []
-    for skill in skills:
-        line = f"- {skill.name}: {skill.description}"
-        if left_out or used + 1 + len(line) > max_chars:
-            left_out.append(skill.name)
-            continue
-        lines.append(line)
-        used += 1 + len(line)
-    if left_out:
-        names = f"- more skills (read_skill gives their descriptions): {', '.join(left_out)}"
-        count = f"- {len(left_out)} more skills not listed here"
-        lines.append(names if used + 1 + len(names) <= max_chars else count)
-    return "\n".join(lines)
+    lines = [HEADER, *(f"- {skill.name}: {skill.description}" for skill in skills)]
+    whole = "\n".join(lines)
+    if len(whole) <= max_chars:
+        return whole
+    sizes = [len(HEADER)]
+    for line in lines[1:]:
+        sizes.append(sizes[-1] + 1 + len(line))  # sizes[k]: header and k skill lines
+    for kept in range(len(skills) - 1, -1, -1):
+        names = ", ".join(skill.name for skill in skills[kept:])
+        tail = f"- more skills (read_skill gives their descriptions): {names}"
+        if sizes[kept] + 1 + len(tail) <= max_chars:
+            return "\n".join([*lines[: kept + 1], tail])
+    for kept in range(len(skills) - 1, -1, -1):
+        tail = f"- {len(skills) - kept} more skills not listed here"
+        if sizes[kept] + 1 + len(tail) <= max_chars:
+            return "\n".join([*lines[: kept + 1], tail])
+    return HEADER[:max_chars]
 
 
 def render_skill(skill: Skill, extra_files: list[str]) -> str:

@@ -62,7 +62,9 @@ class Bundle:
         if len(tops) == 1 and f"{next(iter(tops))}/{SKILL_FILE}" in self.files:
             cut = len(next(iter(tops))) + 1
             files = {path[cut:]: text for path, text in self.files.items()}
-            return Bundle(files, self.skipped, self.total_bytes)
+            top = next(iter(tops)) + "/"
+            skipped = [line.removeprefix(top) for line in self.skipped]
+            return Bundle(files, skipped, self.total_bytes)
         raise SkillError(f"no {SKILL_FILE} at the top of the skill (or of its one folder)")
 
 
