@@ -165,7 +165,7 @@ async def checked_address(url: str, policy: FetchPolicy) -> IPAddress:
     return addresses[0]
 
 
-def _pinned_request(client: httpx.AsyncClient, url: str, address: IPAddress) -> httpx.Request:
+def pinned_request(client: httpx.AsyncClient, url: str, address: IPAddress) -> httpx.Request:
     """A GET of `url` sent to `address`: the URL's host stays in Host and in TLS (SNI)."""
     parsed = httpx.URL(url)
     request = client.build_request(
@@ -195,7 +195,7 @@ async def _follow(client: httpx.AsyncClient, url: str, policy: FetchPolicy) -> F
     redirects: list[str] = []
     while True:
         address = await checked_address(url, policy)
-        request = _pinned_request(client, url, address)
+        request = pinned_request(client, url, address)
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as exc:

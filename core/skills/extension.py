@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.api import Check, Command, ContextSection, Extension, Tool, TurnContext
+from core.api import Chat, Check, Command, ContextSection, Extension, Tool, TurnContext
 from core.config import SkillsConfig
 from core.errors import SkillError, ToolError
 from core.file_store import FileStore
-from core.skills.catalog import SCOPES, Skill, SkillCatalog, SkillLimits, SkillProblem
+from core.skills.catalog import (
+    SCOPES,
+    Skill,
+    SkillCatalog,
+    SkillLimits,
+    SkillProblem,
+    scope_dir,
+)
 from core.skills.install import all_problems
 
 SECTION_KEY = "skills"
 SECTION_PRIORITY = 55
+CHAT_SKILLS = "files of skills installed for this chat"
 HEADER = (
     "Skills: instructions for particular tasks. When a task matches a skill's description, "
     "call read_skill(name) first and follow what it says."
@@ -105,6 +113,12 @@ class SkillsExtension(Extension):
         if not text:
             return []
         return [ContextSection(SECTION_KEY, "skills", text, priority=SECTION_PRIORITY)]
+
+    def chat_data(self, chat: Chat) -> dict[str, int]:
+        """The skills installed for this chat alone: they go with its directory when the
+        chat is deleted (`/forgetme`, `mnemo chat delete`)."""
+        directory = scope_dir("chat", chat.channel, chat.external_chat_id)
+        return {CHAT_SKILLS: len(self.catalog.files.list(directory))}
 
     async def checks(self) -> list[Check]:
         problems = all_problems(self.catalog)

@@ -13,7 +13,13 @@ import pytest
 
 from core.config import FetchConfig
 from core.errors import FetchError, FetchRefused, FetchTimeout, FetchTooLarge
-from core.guarded_fetch import FetchPolicy, checked_address, guarded_fetch, refusal_reason
+from core.guarded_fetch import (
+    FetchPolicy,
+    checked_address,
+    guarded_fetch,
+    pinned_request,
+    refusal_reason,
+)
 from core.testing.loopback import JsonHandler, LoopbackServer
 
 MB = 1_000_000
@@ -74,7 +80,7 @@ class Site(JsonHandler):
 def site() -> Iterator[str]:
     Site.hits = []
     Site.hosts = []
-    with LoopbackServer(Site) as server:
+    with LoopbackServer(Site, poll_interval=0.05) as server:
         yield server.origin
 
 
@@ -213,3 +219,17 @@ def test_the_allow_list_is_validated() -> None:
     policy = FetchPolicy.from_config(FetchConfig(allow=["10.0.0.0/8", "Wiki.LAN"]))
     assert policy.allow_hosts == frozenset({"wiki.lan"})
     assert policy.allows_address(ipaddress.ip_address("10.9.9.9"))
+
+
+async def test_the_request_goes_to_the_checked_address_with_the_name_kept() -> None:
+    """What is connected to is the address that was checked (no second DNS lookup that a
+    rebinding name could answer differently); Host and TLS's SNI keep the name."""
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        request = pinned_request(
+            client, "https://example.org:8443/a?b=1", ipaddress.ip_address("93.184.215.14")
+        )
+    assert str(request.url) == "https://93.184.215.14:8443/a?b=1"
+    assert request.headers["Host"] == "example.org:8443"
+    assert request.extensions["sni_hostname"] == "example.org"

@@ -132,6 +132,15 @@ BROKEN = [
 ]
 
 
+def test_only_a_skill_md_one_folder_down_is_a_skill(files: FileStore) -> None:
+    files.write_text("skills/SKILL.md", skill_md("skills"))
+    files.write_text("skills/a/b/SKILL.md", skill_md("b"))
+    files.write_text("skills/a/notes.md", "not a skill")
+    files.write_text("telegram/skills/SKILL.md", skill_md("telegram"))
+    put(files, "skills/", "real")
+    assert [s.name for s in SkillCatalog(files).for_chat("telegram", "1")[0]] == ["real"]
+
+
 def test_broken_skills_are_skipped_with_a_warning(
     files: FileStore, caplog: pytest.LogCaptureFixture
 ) -> None:

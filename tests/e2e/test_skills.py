@@ -131,6 +131,9 @@ async def test_chat_scope_skills_and_the_commands(runtime: Runtime) -> None:
     assert "haiku" not in await ask(runtime, "other", "/skills")
     context = await ask(runtime, "mine", "/context")
     assert "skills (skills, priority 55)" in context
+    mine = runtime.store.find_chat("terminal", "mine")
+    assert mine is not None
+    assert runtime.agent.extensions.chat_data(mine)["files of skills installed for this chat"] == 2
     checks = await runtime.agent.extensions.checks()
     [warning] = [check for check in checks if check.name == "skill"]
     assert not warning.ok and not warning.fatal
