@@ -29,7 +29,10 @@ from core.tokens import estimate_tokens
 TOPICS = ("pdf", "spreadsheet", "invoice", "travel", "recipe", "git", "email", "budget")
 
 
-def write_skills(files: FileStore, count: int) -> None:
+BENCH_CHANNEL = "mnemo-bench"  # a database's own global skills are left alone
+
+
+def write_skills(files: FileStore, count: int, directory: str = "skills/") -> None:
     """`count` skills like the ones people install: a one-line description, ~2 KB of
     instructions and two extra files each."""
     for number in range(count):
@@ -41,12 +44,17 @@ def write_skills(files: FileStore, count: int) -> None:
             f"{topic} or asks for help with one."
         )
         body = "\n".join(f"{i}. Step {i} of handling a {topic}: check inputs." for i in range(60))
-        folder = f"{scope_dir('global')}{name}/"
+        folder = f"{directory}{name}/"
         files.write_text(
             f"{folder}SKILL.md", f"---\nname: {name}\ndescription: {description}\n---\n{body}\n"
         )
         files.write_text(f"{folder}reference.md", f"# {topic} reference\n" + "detail\n" * 100)
         files.write_text(f"{folder}scripts/check.py", "print('never run by Mnemo')\n")
+
+
+def _named_only(section: str) -> int:
+    tail = section.rpartition("\n- more skills (read_skill gives their descriptions): ")[2]
+    return len(tail.split(", ")) if "\n- more skills (" in section else 0
 
 
 def _ms(samples: list[float]) -> dict[str, float]:
@@ -55,25 +63,25 @@ def _ms(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p95_ms": round(p95 * 1000, 3)}
 
 
-def measure_scans(files: FileStore, turns: int) -> dict[str, Any]:
+def measure_scans(files: FileStore, turns: int, channel: str = "telegram") -> dict[str, Any]:
     cold: list[float] = []
     for _ in range(5):
         started = time.perf_counter()
-        SkillCatalog(files).for_chat("telegram", "42")
+        SkillCatalog(files).for_chat(channel, "42")
         cold.append(time.perf_counter() - started)
     catalog = SkillCatalog(files)
-    catalog.for_chat("telegram", "42")
+    catalog.for_chat(channel, "42")
     warm: list[float] = []
     for _ in range(turns):
         started = time.perf_counter()
-        catalog.for_chat("telegram", "42")
+        catalog.for_chat(channel, "42")
         warm.append(time.perf_counter() - started)
     edited: list[float] = []
-    path = catalog.for_chat("telegram", "42")[0][0].path
+    path = catalog.for_chat(channel, "42")[0][0].path
     for round_ in range(5):
         files.write_text(path, (files.read_text(path) or "") + f"\nEdited {round_}.\n")
         started = time.perf_counter()
-        catalog.for_chat("telegram", "42")
+        catalog.for_chat(channel, "42")
         edited.append(time.perf_counter() - started)
     return {"cold": _ms(cold), "warm": _ms(warm), "one_edited": _ms(edited)}
 
@@ -99,7 +107,8 @@ async def measure_requests(count: int, window: int) -> dict[str, Any]:
     return {
         "section_chars": len(section),
         "section_tokens_estimate": estimate_tokens(section),
-        "skills_listed": section.count("\n- "),
+        "skills_described": section.count("\n- ") - ("\n- more skills" in section),
+        "skills_named_only": _named_only(section),
         "first_request_tokens_without": tokens[0],
         "first_request_tokens_with": tokens[1],
         "added_tokens_first_turn": tokens[1] - tokens[0],
@@ -107,24 +116,57 @@ async def measure_requests(count: int, window: int) -> dict[str, Any]:
     }
 
 
+def scans_on_database(url: str, count: int, turns: int) -> dict[str, Any]:
+    """`measure_scans` on the file store of the database at `url` (rows of stored_files)."""
+    from core.config import StorageConfig
+    from core.storage import open_storage
+    from core.stores import file_store
+
+    storage = open_storage(StorageConfig(url=url))
+    files = file_store(storage, Path("."))
+    directory = scope_dir("channel", BENCH_CHANNEL)
+    try:
+        write_skills(files, count, directory)
+        return measure_scans(files, turns, BENCH_CHANNEL)
+    finally:
+        files.delete_tree(directory)
+        storage.close()
+
+
 @click.command("skills")
 @click.option("--skills", "count", default=50, show_default=True, help="Skills installed.")
 @click.option("--turns", default=200, show_default=True, help="Warm scans timed.")
 @click.option("--window", default=32_768, show_default=True, help="The model's context window.")
+@click.option(
+    "--storage-url",
+    default="",
+    help="Scan skills kept in this PostgreSQL database (under the channel scope "
+    f"'{BENCH_CHANNEL}', deleted afterwards) instead of a temporary data dir.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
-def bench_skills(count: int, turns: int, window: int, as_json: bool) -> None:
+def bench_skills(count: int, turns: int, window: int, storage_url: str, as_json: bool) -> None:
     """What COUNT installed skills add to a turn: scan time (cold, warm, one edited) and
     request size."""
-    with tempfile.TemporaryDirectory(prefix="mnemo-bench-skills-") as tmp:
-        files = DirectoryFileStore(Path(tmp))
-        write_skills(files, count)
-        scans = measure_scans(files, turns)
+    if storage_url:
+        scans = scans_on_database(storage_url, count, turns)
+    else:
+        with tempfile.TemporaryDirectory(prefix="mnemo-bench-skills-") as tmp:
+            files = DirectoryFileStore(Path(tmp))
+            write_skills(files, count)
+            scans = measure_scans(files, turns)
     requests = asyncio.run(measure_requests(count, window))
-    result = {"skills": count, "window": window, "scan": scans, "request": requests}
+    engine = "postgresql" if storage_url else "data dir"
+    result = {
+        "skills": count,
+        "store": engine,
+        "window": window,
+        "scan": scans,
+        "request": requests,
+    }
 
     def lines() -> list[str]:
         return [
-            f"{count} skills installed (global scope, data dir)",
+            f"{count} skills installed ({engine})",
             *(
                 f"scan {kind}: p50 {v['p50_ms']} ms, p95 {v['p95_ms']} ms"
                 for kind, v in scans.items()
