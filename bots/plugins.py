@@ -1,5 +1,5 @@
 """The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
-strategies, the reflector, and the dashboard last (it reads the others). Registration order
+strategies, skills, the reflector, and the dashboard last (it reads the others). Registration order
 is injection order. Each plugin module is light: importing it loads none of its parts."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bots.web import plugin as web_plugin
 from core import default_plugin
+from core.skills import plugin as skills_plugin
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
@@ -19,6 +20,7 @@ PLUGINS: tuple[Plugin, ...] = (
     default_plugin,
     memory_plugin,
     strategies_plugin,
+    skills_plugin,
     reflector_plugin,
     web_plugin,
 )

@@ -19,7 +19,18 @@ from core import __version__
 from core.lazy_group import LazyGroup
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHES = {"chaos", "kv", "locomo", "longrun", "memory", "reflector", "scale", "startup", "web"}
+BENCHES = {
+    "chaos",
+    "kv",
+    "locomo",
+    "longrun",
+    "memory",
+    "reflector",
+    "scale",
+    "skills",
+    "startup",
+    "web",
+}
 # What `mnemo --version` and `mnemo --help` must not import (issue 27: ≤ 0.25 s).
 HEAVY = {
     "pydantic", "pydantic_core", "httpx", "numpy", "onnxruntime", "onnx", "sqlite_vec",
