@@ -120,6 +120,7 @@ async def test_a_forgotten_fact_is_not_learned_again_but_a_new_one_is(
     assert (grave.memory_id, grave.content, grave.speaker) == (memory_id, "I like jazz", "Alice")
     assert grave.forgotten_by == "Alice (terminal:u1)" and grave.forgotten_at
     reflector = next(e for e in runtime.agent.extensions if isinstance(e, ReflectorExtension))
+    await runtime.agent.handle(said("my cat is called Miso"))  # facts must be grounded
     fake_llm.add(
         facts(
             "Alice likes jazz",
@@ -140,6 +141,7 @@ async def test_keyword_only_the_reflector_still_skips_a_forgotten_fact(
     runtime: Runtime, config: Config, fake_llm: FakeOpenAIServer
 ) -> None:
     await remember_then_forget(runtime, "my sister is called Ana")
+    await runtime.agent.handle(said("my brother is called Rui"))  # facts must be grounded
     conn = connect(config.storage.database_path)
     try:
         plain = sqlite_reflector(

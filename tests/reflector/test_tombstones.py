@@ -29,7 +29,7 @@ async def test_a_reworded_forgotten_fact_is_not_learned_again(
 ) -> None:
     reflector = reflectors.open(embedder if with_model else None)
     memories = await reflector.memory_store()
-    chat_id, _ = say(reflector, [SECRET, "Noted!"])
+    chat_id, _ = say(reflector, [SECRET, "Noted!", "my favourite colour is teal", "Nice!"])
     memory_id = memories.add(chat_id, SECRET, "PROFILE", source="explicit")
     chat = reflector.store.chat_by_id(chat_id)
     assert chat is not None
