@@ -17,6 +17,7 @@ from core.dispatcher import Dispatcher
 from core.extensions import Extensions
 from core.hooks import Plugin
 from core.llm import OpenAILLM
+from core.mcp import plugin as mcp_plugin
 from core.request_plan import RequestPlanner
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
@@ -33,6 +34,7 @@ PLUGINS: tuple[Plugin, ...] = (
     memory_plugin,
     strategies_plugin,
     reflector_plugin,
+    mcp_plugin,
     web_plugin,
 )
 
