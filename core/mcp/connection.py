@@ -56,6 +56,7 @@ class McpServer:
         self._wake = asyncio.Event()  # a crash seen by a call, or tools/list_changed
         self._relist = False
         self._broken = False
+        self._served = False
 
     @property
     def name(self) -> str:
@@ -65,6 +66,7 @@ class McpServer:
         """Connect, serve, and reconnect with exponential backoff until cancelled."""
         delay = FIRST_RESTART_DELAY_S
         while True:
+            self._served = self._broken = False
             try:
                 await self._serve_once()
                 error = "the connection closed"
@@ -72,7 +74,9 @@ class McpServer:
                 raise
             except BaseException as exc:  # noqa: BLE001 - anyio groups wrap the cause
                 error = describe(exc)
-            if self.state == "up":
+            if self._broken:
+                error = self.last_error  # what the failed call saw
+            if self._served:
                 delay = FIRST_RESTART_DELAY_S
             self._down(error)
             logger.warning("MCP server %s is down (%s); restarting in %.0f s",
@@ -93,6 +97,7 @@ class McpServer:
                 await session.initialize()
                 await self._list(session)
             self._session, self.state, self._broken = session, "up", False
+            self._served = True
             logger.info("MCP server %s is up with %d tools", self.name, len(self.tools))
             while not self._broken:
                 await self._idle(session)
@@ -206,13 +211,12 @@ class McpServer:
                 f"{tool.name} timed out after {self.config.timeout:g} s (MCP server {self.name})"
             ) from exc
         except Exception as exc:
+            reason = f"failed during {tool.name}: {describe(exc)}"
             if session is self._session:
+                self._down(reason)  # its tools go at once; `run()` restarts it
                 self._broken = True
                 self._wake.set()
-            raise ToolError(
-                f"MCP server {self.name} failed during {tool.name}: {describe(exc)}; "
-                "it is being restarted"
-            ) from exc
+            raise ToolError(f"MCP server {self.name} {reason}; it is being restarted") from exc
         return result_text(result)
 
 
