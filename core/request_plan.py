@@ -167,9 +167,10 @@ class RequestPlanner:
         budgeted = apply_budget(sections, budget)
         late_system = profile.late_system is not False
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system)
+        with_tools = tools and tools_enabled(config.llm, profile)
         plan = RequestPlan(
             messages=parts.messages(),
-            tools=self.tools.schemas(chat) if tools and tools_enabled(config.llm, profile) else None,
+            tools=self.tools.schemas(chat) if with_tools else None,
             sections=budgeted.meta,
             estimator=estimator,
             window=usable,

@@ -13,9 +13,8 @@ import os
 import sys
 import time
 
-from pydantic import BaseModel, Field
-
 from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel, Field
 
 server = MCPServer("mnemo-test")
 

@@ -86,8 +86,11 @@ async def test_stdio_tools_are_listed_cleaned_and_called_concurrently_through_a_
 ) -> None:
     config.mcp.servers = [stdio_server(chats=["terminal:*"])]
     fake_llm.add(
-        calls(("t__echo", {"text": "hi"}, "c1"), ("t__work", {"ms": 600}, "c2"),
-              ("t__work", {"ms": 601}, "c3")),  # fmt: skip
+        calls(
+            ("t__echo", {"text": "hi"}, "c1"),
+            ("t__work", {"ms": 600}, "c2"),
+            ("t__work", {"ms": 601}, "c3"),
+        ),  # fmt: skip
         FakeReply("done"),
     )
     async with running(config) as runtime:
@@ -218,7 +221,10 @@ async def test_http_server_call_and_a_10_mb_result_is_stored_and_excerpted(
 ) -> None:
     config.mcp.servers = [McpServerConfig(name="web", url=http_server, chats=["*"], timeout=60)]
     fake_llm.add(
-        calls(("web__echo", {"text": "over http"}, "c1"), ("web__big", {"chars": 10_000_000}, "c2")),
+        calls(
+            ("web__echo", {"text": "over http"}, "c1"),
+            ("web__big", {"chars": 10_000_000}, "c2"),
+        ),
         FakeReply("big one"),
     )
     async with running(config) as runtime:
