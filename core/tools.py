@@ -11,6 +11,7 @@ nothing changes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
@@ -84,6 +85,7 @@ class ToolRegistry:
             args = json.loads(arguments or "{}")
             if not isinstance(args, dict):
                 raise ToolError("arguments must be a JSON object")
+            args = coerce_scalars(tool.parameters, args)
             problem = argument_problem(tool.parameters, args)
             if problem:
                 raise ToolError(f"bad arguments for {name}: {problem}")
@@ -125,6 +127,30 @@ def argument_problem(schema: dict[str, Any], args: dict[str, Any]) -> str:
         if isinstance(declared, dict) and not _fits(declared.get("type"), value):
             return f"{key!r} must be {declared.get('type')}, not {type(value).__name__}"
     return ""
+
+
+def coerce_scalars(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """`args` with top-level numbers and booleans the model wrote as strings ("3", "true")
+    turned into what the schema declares; small local models often quote them."""
+    properties = schema.get("properties") or {}
+    fixed = dict(args)
+    for key, value in args.items():
+        declared = properties.get(key)
+        if not isinstance(value, str) or not isinstance(declared, dict):
+            continue
+        kind = declared.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if "string" in kinds:
+            continue
+        text = value.strip()
+        if "integer" in kinds and text.lstrip("-").isdigit():
+            fixed[key] = int(text)
+        elif "number" in kinds:
+            with contextlib.suppress(ValueError):
+                fixed[key] = float(text)
+        elif "boolean" in kinds and text.lower() in ("true", "false"):
+            fixed[key] = text.lower() == "true"
+    return fixed
 
 
 def _fits(declared: object, value: object) -> bool:

@@ -15,7 +15,7 @@ from core.config import Config, McpServerConfig
 from core.mcp.extension import chat_allowed
 from core.mcp.schema import clean_schema, model_tool_name
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from core.tools import argument_problem
+from core.tools import argument_problem, coerce_scalars
 from tests.core.support import light_runtime
 
 
@@ -159,6 +159,9 @@ def test_argument_problem_is_shallow_and_exact() -> None:
     assert argument_problem(schema, {"n": True}) == "'n' must be integer, not bool"
     assert argument_problem(schema, {"n": 1, "y": 2}) == "unknown 'y'"
     assert argument_problem({"type": "object"}, {"anything": [1]}) == ""
+    quoted = coerce_scalars(schema, {"n": " 7", "x": "1.5"})
+    assert quoted == {"n": 7, "x": 1.5} and argument_problem(schema, quoted) == ""
+    assert coerce_scalars(schema, {"n": "seven"}) == {"n": "seven"}
 
 
 def test_schemas_are_cleaned_for_strict_model_servers() -> None:
