@@ -13,7 +13,11 @@ if TYPE_CHECKING:
 
 
 def register_commands(cli: click.Group) -> None:
-    """No commands of its own: `mnemo doctor` shows the servers through the checks."""
+    """`mnemo bench tools`; `mnemo doctor` shows the servers through the extension's checks."""
+    from core.cli import bench_group
+    from core.mcp.bench import bench_tools
+
+    bench_group(cli).add_command(bench_tools)
 
 
 def extension(host: Host) -> Extension | None:

@@ -30,8 +30,13 @@ START_S = 60.0  # the test server imports the SDK; slow on a busy machine
 SERVER = [sys.executable, "-m", "core.testing.mcp_server"]
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 def stdio_server(name: str = "t", **values: Any) -> McpServerConfig:
-    return McpServerConfig(name=name, command=SERVER[0], args=[*SERVER[1:], "stdio"], **values)
+    args = [*SERVER[1:], "stdio"]
+    env = {"PYTHONPATH": str(REPO)}  # a stdio server gets a minimal environment otherwise
+    return McpServerConfig(name=name, command=SERVER[0], args=args, env=env, **values)
 
 
 def mcp_of(runtime: Runtime) -> McpExtension:
@@ -201,7 +206,7 @@ def free_port() -> int:
 def http_server() -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
-        [*SERVER, "http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*SERVER, "http", str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + START_S
