@@ -62,6 +62,12 @@ class McpServer:
     def name(self) -> str:
         return self.config.name
 
+    def status(self) -> str:
+        """ "up", "starting" or "down (why)", for the model, `/tools` and `mnemo doctor`."""
+        if self.state == "down":
+            return f"down ({self.last_error or 'not connected'})"
+        return self.state
+
     async def run(self) -> None:
         """Connect, serve, and reconnect with exponential backoff until cancelled."""
         delay = FIRST_RESTART_DELAY_S
@@ -202,7 +208,7 @@ class McpServer:
         can read (a crash also wakes `run()` to restart the server)."""
         session = self._session
         if session is None or self.state != "up":
-            raise ToolError(f"MCP server {self.name} is down: {self.last_error or 'starting'}")
+            raise ToolError(f"MCP server {self.name} is {self.status()}")
         try:
             async with asyncio.timeout(self.config.timeout):
                 result = await session.call_tool(tool.remote_name, args)

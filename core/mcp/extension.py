@@ -65,7 +65,7 @@ class McpTools(ToolSource):
             if not self.allowed(server, chat):
                 return f"MCP server {server.name} is not open to this chat"
             if server.state != "up":
-                return f"MCP server {server.name} is down ({server.last_error or 'starting'})"
+                return f"MCP server {server.name} is {server.status()}"
         return ""
 
     def _tool(self, server: McpServer, tool: McpTool) -> Tool:
@@ -119,8 +119,8 @@ class McpExtension(Extension):
 
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
         down = [
-            f"MCP server {server.name} is down ({server.last_error or 'starting'}); its tools "
-            "are unavailable until it restarts."
+            f"MCP server {server.name} is {server.status()}; its tools are unavailable "
+            "until it is up."
             for server in self.servers
             if server.state != "up" and self.source.allowed(server, turn.chat)
         ]
@@ -141,7 +141,7 @@ def server_check(server: McpServer) -> Check:
     if server.state == "up":
         detail = f"{len(server.tools)} tools ({where})"
         return Check(f"mcp {server.name}", True, detail)
-    detail = f"{server.state}: {server.last_error or 'not connected yet'} ({where})"
+    detail = f"{server.status()} ({where})"
     return Check(f"mcp {server.name}", False, detail)
 
 
@@ -169,7 +169,7 @@ def tools_report(registry: ToolRegistry, source: McpTools, chat: Chat) -> str:
         if not source.allowed(server, chat):
             lines.append(f"MCP {server.name}: refused in this chat")
         elif server.state != "up":
-            lines.append(f"MCP {server.name}: down ({server.last_error or 'starting'})")
+            lines.append(f"MCP {server.name}: {server.status()}")
         else:
             names = ", ".join(tool.name for tool in server.tools) or "no tools"
             lines.append(f"MCP {server.name}: {names}")

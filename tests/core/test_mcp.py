@@ -264,3 +264,28 @@ def test_servers_from_the_environment_and_bad_config() -> None:
     both = [{"name": "a", "url": "http://h/mcp"}, {"name": "a", "url": "http://h/mcp"}]
     with pytest.raises(ConfigError, match="unique"):
         load_config(None, env={"MNEMO_MCP_SERVERS": json.dumps(both)})
+
+
+async def test_a_server_that_never_answers_blocks_neither_start_nor_a_turn(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    mute = [sys.executable, "-c", "import time; time.sleep(60)"]
+    config.mcp.servers = [
+        McpServerConfig(name="mute", command=mute[0], args=mute[1:], chats=["*"], timeout=1)
+    ]
+    fake_llm.add(calls(("mute__echo", {"text": "x"}, "c1")), FakeReply("answered anyway"))
+    runtime = build_runtime(config, plugins=[default_plugin, mcp_plugin])
+    services = [asyncio.create_task(s.run()) for s in runtime.extensions.services()]
+    try:
+        started = time.monotonic()
+        assert await ask(runtime, "hello") == "answered anyway"
+        assert time.monotonic() - started < 3
+        assert "mute__" not in json.dumps(fake_llm.requests[0].get("tools"))
+        assert "MCP server mute is starting" in json.dumps(fake_llm.requests[0]["messages"])
+        result = tool_results(fake_llm.requests[1])["c1"]
+        assert result == "error: tool 'mute__echo' is not available: MCP server mute is starting"
+    finally:
+        for task in services:
+            task.cancel()
+        await asyncio.gather(*services, return_exceptions=True)
+        runtime.close()
