@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+import sys
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from core.config import McpServerConfig
 from core.errors import ToolError
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 20.0
 PING_EVERY_S = 15.0
 FIRST_RESTART_DELAY_S = 1.0
+MAX_LOG_BYTES = 1024 * 1024  # a stdio server's stderr file starts over past this
 MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024  # a big tool result over HTTP is one SSE event
 
 
@@ -45,9 +48,14 @@ class McpTool:
 class McpServer:
     """A configured server, its state and its tools; `run()` keeps it connected."""
 
-    def __init__(self, config: McpServerConfig, max_restart_delay: float = 60.0) -> None:
+    def __init__(
+        self, config: McpServerConfig, max_restart_delay: float = 60.0, log_dir: Path | None = None
+    ) -> None:
         self.config = config
         self.max_restart_delay = max_restart_delay
+        # A stdio server's stderr: a file here (None: this process's stderr), so its logs
+        # never cover the terminal chat, and its last line explains a crash.
+        self.log_path = log_dir / f"mcp-{config.name}.log" if log_dir else None
         self.tools: list[McpTool] = []
         self.state = "starting"  # "starting", "up", "down"
         self.last_error = ""
@@ -63,10 +71,12 @@ class McpServer:
         return self.config.name
 
     def status(self) -> str:
-        """ "up", "starting" or "down (why)", for the model, `/tools` and `mnemo doctor`."""
-        if self.state == "down":
-            return f"down ({self.last_error or 'not connected'})"
-        return self.state
+        """`up`, `starting` or `down (why)`, for the model, `/tools` and `mnemo doctor`."""
+        if self.state != "down":
+            return self.state
+        said = self.last_log_line()
+        why = self.last_error or "not connected"
+        return f"down ({why}; it said: {said})" if said else f"down ({why})"
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with exponential backoff until cancelled."""
@@ -170,8 +180,9 @@ class McpServer:
             params = StdioServerParameters(
                 command=self.config.command, args=self.config.args, env=env
             )
-            async with stdio_client(params) as streams:
-                yield streams
+            with self._errlog() as errlog:
+                async with stdio_client(params, errlog=errlog) as streams:
+                    yield streams
             return
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -183,6 +194,28 @@ class McpServer:
             ) as streams,
         ):
             yield streams
+
+    @contextlib.contextmanager
+    def _errlog(self) -> Iterator[TextIO]:
+        if self.log_path is None:
+            yield sys.stderr
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        big = self.log_path.exists() and self.log_path.stat().st_size > MAX_LOG_BYTES
+        with self.log_path.open("w" if big else "a", encoding="utf-8") as log:  # start over
+            yield log
+
+    def last_log_line(self) -> str:
+        """The last line the stdio server wrote to stderr ("" when none or no log file)."""
+        if self.log_path is None:
+            return ""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 4096))
+                lines = log.read().decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1].strip()[:200] if lines else ""
 
     def headers(self) -> dict[str, str]:
         """The configured headers, with `Authorization: Bearer` from `bearer_token_env`."""

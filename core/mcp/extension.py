@@ -99,8 +99,8 @@ class McpExtension(Extension):
     name = "mcp"
 
     def __init__(self, config: Config, registry: ToolRegistry) -> None:
-        limit = config.mcp.max_restart_delay
-        self.servers = [McpServer(server, limit) for server in config.mcp.servers]
+        limit, logs = config.mcp.max_restart_delay, config.storage.data_dir / "logs"
+        self.servers = [McpServer(server, limit, logs) for server in config.mcp.servers]
         self.source = McpTools(config, self.servers)
         self.service = McpService(self.servers)
         self.registry = registry
@@ -142,7 +142,8 @@ def server_check(server: McpServer) -> Check:
         detail = f"{len(server.tools)} tools ({where})"
         return Check(f"mcp {server.name}", True, detail)
     detail = f"{server.status()} ({where})"
-    return Check(f"mcp {server.name}", False, detail)
+    # Not fatal: the bot works without it; its tools are simply missing.
+    return Check(f"mcp {server.name}", False, detail, fatal=False)
 
 
 async def probe(server: McpServer) -> None:

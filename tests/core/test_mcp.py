@@ -243,13 +243,18 @@ async def test_http_server_call_and_a_10_mb_result_is_stored_and_excerpted(
 
 
 async def test_doctor_lines_for_a_working_and_a_broken_server(tmp_path: Path) -> None:
-    good = McpServer(stdio_server("good"))
+    good = McpServer(stdio_server("good"), log_dir=tmp_path)
     bad = McpServer(McpServerConfig(name="bad", command=str(tmp_path / "no-such-server")))
-    await asyncio.gather(probe(good), probe(bad))
-    good_line, bad_line = server_check(good), server_check(bad)
+    said = "import sys; sys.stderr.write('boom: FILES_ROOT is not set\\n'); sys.exit(1)"
+    noisy = McpServer(
+        McpServerConfig(name="noisy", command=sys.executable, args=["-c", said]), log_dir=tmp_path
+    )
+    await asyncio.gather(probe(good), probe(bad), probe(noisy))
+    good_line, bad_line, noisy_line = server_check(good), server_check(bad), server_check(noisy)
     assert good_line.ok and good_line.detail.startswith("7 tools")
     assert not bad_line.ok and "no-such-server" in bad_line.detail
-    assert "\n" not in bad_line.detail
+    assert not noisy_line.ok and "it said: boom: FILES_ROOT is not set" in noisy_line.detail
+    assert "\n" not in bad_line.detail + noisy_line.detail
 
 
 def test_servers_from_the_environment_and_bad_config() -> None:
