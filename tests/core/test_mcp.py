@@ -20,7 +20,7 @@ from bots.runtime import Runtime, build_runtime
 from core import default_plugin
 from core.api import Inbound
 from core.config import Config, McpServerConfig, load_config
-from core.errors import ConfigError
+from core.errors import ConfigError, ToolError
 from core.mcp import plugin as mcp_plugin
 from core.mcp.connection import McpServer
 from core.mcp.extension import McpExtension, probe, server_check
@@ -294,3 +294,16 @@ async def test_a_server_that_never_answers_blocks_neither_start_nor_a_turn(
             task.cancel()
         await asyncio.gather(*services, return_exceptions=True)
         runtime.close()
+
+
+def test_http_headers_carry_the_bearer_token_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = McpServerConfig(
+        name="s", url="http://127.0.0.1:1/mcp", headers={"X-Team": "ops"}, bearer_token_env="TOK"
+    )
+    monkeypatch.setenv("TOK", "secret-1")
+    assert McpServer(config).headers() == {"X-Team": "ops", "Authorization": "Bearer secret-1"}
+    monkeypatch.delenv("TOK")
+    with pytest.raises(ToolError, match="TOK is not set"):
+        McpServer(config).headers()
