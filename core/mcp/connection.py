@@ -108,10 +108,10 @@ class McpServer:
         self._session = None
 
     async def _serve_once(self) -> None:
-        async with self._connect() as session:
+        async with self.connect() as session:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 await session.initialize()
-                await self._list(session)
+                await self.list_tools(session)
             self._session, self.state, self._broken = session, "up", False
             self._served = True
             logger.info("MCP server %s is up with %d tools", self.name, len(self.tools))
@@ -128,11 +128,12 @@ class McpServer:
         async with asyncio.timeout(self.config.timeout):
             if self._relist:
                 self._relist = False
-                await self._list(session)
+                await self.list_tools(session)
             else:
                 await session.send_ping()
 
-    async def _list(self, session: ClientSession) -> None:
+    async def list_tools(self, session: ClientSession) -> None:
+        """Read every page of the server's tools into `tools`, named and cleaned."""
         listed = []
         cursor: str | None = None
         while True:
@@ -158,7 +159,7 @@ class McpServer:
         )
 
     @contextlib.asynccontextmanager
-    async def _connect(self) -> AsyncIterator[ClientSession]:
+    async def connect(self) -> AsyncIterator[ClientSession]:
         from mcp import ClientSession
 
         async with (

@@ -150,9 +150,9 @@ async def probe(server: McpServer) -> None:
     """Connect once, list the tools, disconnect (for `mnemo doctor`)."""
     try:
         async with asyncio.timeout(min(DOCTOR_TIMEOUT_S, CONNECT_TIMEOUT_S)):
-            async with server._connect() as session:
+            async with server.connect() as session:
                 await session.initialize()
-                await server._list(session)
+                await server.list_tools(session)
         server.state = "up"
     except asyncio.CancelledError:
         raise
