@@ -146,6 +146,9 @@ def runtime_for(config: Config, server: EmbeddedServer | None) -> Runtime:
     return runtime
 
 
+CHAT_SERVICES = ("mcp",)
+
+
 async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
     from bots.app import run_platform
     from core.doctor import llm_setup_hint
@@ -156,7 +159,9 @@ async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
     except LLMError:
         click.echo(f"warning: {llm_setup_hint(runtime.config.llm.base_url)}", err=True)
     await runtime.start()
-    await run_platform(runtime, [channel], services=[])
+    # The terminal chat runs the MCP servers its tools need, not the reflector's schedule.
+    services = [s for s in runtime.extensions.services() if s.name in CHAT_SERVICES]
+    await run_platform(runtime, [channel], services=services)
 
 
 async def _run(runtime: Runtime) -> None:

@@ -1,6 +1,7 @@
 """The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
-strategies, skills, the reflector, and the dashboard last (it reads the others). Registration order
-is injection order. Each plugin module is light: importing it loads none of its parts."""
+strategies, skills, the reflector, MCP servers, and the dashboard last (it reads the
+others). Registration order is injection order. Each plugin module is light: importing it
+loads none of its parts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from bots.web import plugin as web_plugin
 from core import default_plugin
+from core.mcp import plugin as mcp_plugin
 from core.skills import plugin as skills_plugin
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
@@ -22,5 +24,6 @@ PLUGINS: tuple[Plugin, ...] = (
     strategies_plugin,
     skills_plugin,
     reflector_plugin,
+    mcp_plugin,
     web_plugin,
 )

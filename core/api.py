@@ -154,6 +154,18 @@ class ChatDataSection:
     markdown: str
 
 
+class ToolSource(Protocol):
+    """Tools that come and go while the bot runs (MCP servers), asked on every turn."""
+
+    def tools_for(self, chat: Chat) -> list[Tool]:
+        """The tools `chat` may call now."""
+        ...
+
+    def why_missing(self, chat: Chat, name: str) -> str:
+        """Why `name` is not callable in `chat` ("" when this source does not know it)."""
+        ...
+
+
 class Service(Protocol):
     """A background job (e.g. the reflector scheduler) that runs until cancelled."""
 
@@ -175,6 +187,10 @@ class Extension:
         """Prepare before the first turn (load a model, export it): called once, explicitly."""
 
     def tools(self) -> list[Tool]:
+        return []
+
+    def tool_sources(self) -> list[ToolSource]:
+        """Sources of tools that change at run time (asked each turn, per chat)."""
         return []
 
     def commands(self) -> list[Command]:

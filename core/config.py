@@ -7,6 +7,7 @@ default here is documented in `config.example.toml` (a test keeps the two in ste
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import tomllib
@@ -104,6 +105,7 @@ class AgentConfig(Section):
     name: str = "Mnemo"
     instructions: str = "You are a helpful assistant with a long-term memory."
     max_tool_iterations: int = Field(default=8, ge=1, le=100)
+    max_tool_calls: int = Field(default=24, ge=1, le=1000)  # per turn, all rounds together
     control_chats: list[str] = Field(default_factory=list)
     max_reply_chars: int = Field(default=12_000, ge=200)
 
@@ -277,6 +279,42 @@ class WebConfig(Section):
         return [name.strip().lower() for name in names if name.strip()]
 
 
+class McpServerConfig(Section):
+    """One MCP server: stdio (`command`, `args`, `env`) or streamable HTTP (`url`, `headers`,
+    `bearer_token_env`), who may use it (`chats`) and its call `timeout`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    url: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    bearer_token_env: str = ""
+    timeout: float = Field(default=30.0, gt=0)
+    # chat keys (`telegram:123`, `terminal:*`) or "*"; empty: the control chats only
+    chats: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError(f"MCP server {self.name!r} needs either command (stdio) or url")
+        return self
+
+
+class McpConfig(Section):
+    servers: list[McpServerConfig] = Field(default_factory=list)
+    max_restart_delay: float = Field(default=60.0, gt=0)
+
+    @field_validator("servers")
+    @classmethod
+    def _unique_names(cls, servers: list[McpServerConfig]) -> list[McpServerConfig]:
+        names = [server.name for server in servers]
+        doubled = sorted({name for name in names if names.count(name) > 1})
+        if doubled:
+            raise ValueError(f"MCP server names must be unique: {', '.join(doubled)}")
+        return servers
+
+
 class FetchConfig(Section):
     """The guarded HTTP fetch (`core.guarded_fetch`): web tools, `mnemo skills add URL`.
 
@@ -330,6 +368,7 @@ class Config(Section):
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
 
 def _describe(error: ValidationError, source: str) -> str:
@@ -371,7 +410,30 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: [{section}] must be a table")
             table[key] = env[var]
+    _mcp_servers_from_env(raw, env, source)
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from exc
+
+
+def _mcp_servers_from_env(raw: dict[str, object], env: dict[str, str], source: str) -> None:
+    """MNEMO_MCP_SERVERS: a JSON list of `[[mcp.servers]]` tables (for Docker), added to the
+    file's servers; one with a name the file uses replaces it."""
+    text = env.get("MNEMO_MCP_SERVERS", "").strip()
+    if not text:
+        return
+    try:
+        servers = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"MNEMO_MCP_SERVERS is not valid JSON: {exc.msg}") from exc
+    if not isinstance(servers, list) or not all(isinstance(s, dict) for s in servers):
+        raise ConfigError("MNEMO_MCP_SERVERS must be a JSON list of objects")
+    table = raw.setdefault("mcp", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [mcp] must be a table")
+    named = {str(s.get("name")) for s in servers}
+    kept = [
+        s for s in table.get("servers", []) if not isinstance(s, dict) or s.get("name") not in named
+    ]
+    table["servers"] = kept + servers

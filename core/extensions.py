@@ -36,6 +36,8 @@ class Extensions:
         self._items.append(extension)
         for tool in extension.tools():
             self.tools.register(tool)
+        for source in extension.tool_sources():
+            self.tools.add_source(source)
         for command in extension.commands():
             self._commands[command.name] = command
 

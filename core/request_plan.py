@@ -135,7 +135,7 @@ class RequestPlanner:
         if dynamic is None:
             dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
         parts = RequestParts(
-            prefix=static_prefix(self.config, self.tools.names, self.today()),
+            prefix=static_prefix(self.config, self.tools.names_for(chat), self.today()),
             summary=self.store.session(chat.id).summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
@@ -167,9 +167,10 @@ class RequestPlanner:
         budgeted = apply_budget(sections, budget)
         late_system = profile.late_system is not False
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system)
+        with_tools = tools and tools_enabled(config.llm, profile)
         plan = RequestPlan(
             messages=parts.messages(),
-            tools=self.tools.schemas() if tools and tools_enabled(config.llm, profile) else None,
+            tools=self.tools.schemas(chat) if with_tools else None,
             sections=budgeted.meta,
             estimator=estimator,
             window=usable,

@@ -3,6 +3,7 @@ history, build the request, run tools, persist the turn with its reply."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, replace
 from typing import Any
@@ -170,41 +171,59 @@ class Agent:
 
     async def run_model_turn(self, turn: TurnContext) -> tuple[str, list[dict[str, Any]]]:
         """The tool loop. It ends when the model answers, repeats a call it made in this
-        turn, or reaches `max_tool_iterations`. Returns the reply and the turn's assistant
-        and tool messages, for the caller to store together."""
+        turn, spends the turn's `max_tool_calls` or reaches `max_tool_iterations`. Returns
+        the reply and the turn's assistant and tool messages, for the caller to store
+        together."""
         pending: list[dict[str, Any]] = []
         guard = RepeatGuard()
         answer: Completion | None = None
+        budget = self.config.agent.max_tool_calls
         for _ in range(self.config.agent.max_tool_iterations):
             completion = await self.call_model(turn, pending, tools=True)
             if not completion.tool_calls:
                 answer = completion
                 break
             fresh = guard.fresh(completion.tool_calls)
-            pending += await self.run_tools(turn, fresh)
+            pending += await self.run_tools(turn, fresh, budget)
+            budget -= len(fresh)
             if len(fresh) < len(completion.tool_calls):
                 logger.warning("model repeated a tool call in %s; asking without tools",
+                               turn.chat.key)  # fmt: skip
+                break
+            if budget <= 0:
+                logger.warning("tool-call budget spent in %s; asking without tools",
                                turn.chat.key)  # fmt: skip
                 break
         text = await self.final_reply(turn, pending, answer)
         pending.append({"role": "assistant", "content": text})
         return text, pending
 
-    async def run_tools(self, turn: TurnContext, calls: list[ToolCall]) -> list[dict[str, Any]]:
+    async def run_tools(
+        self, turn: TurnContext, calls: list[ToolCall], budget: int | None = None
+    ) -> list[dict[str, Any]]:
         """The assistant message carrying `calls` (content "", never null: llama-cpp-python
-        refuses null) and their results; nothing when `calls` is empty."""
+        refuses null) and their results in call order; nothing when `calls` is empty.
+
+        The calls of one response are independent, so they run concurrently; those past
+        the turn's remaining `budget` are not run and get an error the model can read."""
         if not calls:
             return []
         calling = [call.to_openai() for call in calls]
         messages: list[dict[str, Any]] = [
             {"role": "assistant", "content": "", "tool_calls": calling}
         ]
-        for call in calls:
-            result = await self.extensions.tools.execute(call.name, call.arguments, turn)
-            result = keep_tool_result(
-                self.config, self.files, turn.chat, call.id, call.name, result
-            )
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        allowed = len(calls) if budget is None else max(0, budget)
+        spent = (
+            f"error: not run: this turn's budget of {self.config.agent.max_tool_calls} tool "
+            "calls is spent; answer with what you have"
+        )
+        results = await asyncio.gather(
+            *(self.extensions.tools.execute(c.name, c.arguments, turn) for c in calls[:allowed])
+        )
+        results += [spent] * (len(calls) - len(results))
+        for call, result in zip(calls, results, strict=True):
+            kept = keep_tool_result(self.config, self.files, turn.chat, call.id, call.name, result)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": kept})
         return messages
 
     async def final_reply(

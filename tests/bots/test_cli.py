@@ -29,6 +29,7 @@ BENCHES = {
     "scale",
     "skills",
     "startup",
+    "tools",
     "web",
 }
 # What `mnemo --version` and `mnemo --help` must not import (issue 27: ≤ 0.25 s).

@@ -1,0 +1,62 @@
+"""A real model (SmolLM2 on `chatml-function-calling`) calls a real MCP server's tool end to
+end: the server (`core.testing.mcp_server`) runs over stdio, its tools reach the model as
+`t__<tool>`, and the call's result comes back in the history."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.api import Inbound
+from core.config import McpServerConfig
+from core.mcp.extension import McpExtension
+from core.testing.llama_server import LlamaServer
+from tests.real.conftest import RuntimeFactory
+
+pytestmark = pytest.mark.real
+
+REPO = Path(__file__).resolve().parents[2]
+ASKS = (
+    "Call the t__echo tool with the text hello.",
+    "Use t__echo to repeat: hello",
+    "Run the tool t__echo now, text = hello.",
+)
+
+
+async def test_a_real_model_calls_an_mcp_tool_over_stdio(
+    tools_server: LlamaServer, real_runtime: RuntimeFactory
+) -> None:
+    server = McpServerConfig(
+        name="t",
+        command=sys.executable,
+        args=["-m", "core.testing.mcp_server", "stdio"],
+        env={"PYTHONPATH": str(REPO)},
+        chats=["terminal:*"],
+    )
+    async with real_runtime(tools_server, mcp={"servers": [server]}) as runtime:
+        mcp = next(e for e in runtime.extensions if isinstance(e, McpExtension))
+        services = [asyncio.create_task(s.run()) for s in runtime.extensions.services()]
+        try:
+            deadline = time.monotonic() + 60
+            while mcp.servers[0].state != "up":
+                assert time.monotonic() < deadline, mcp.servers[0].status()
+                await asyncio.sleep(0.1)
+            chat = runtime.store.get_or_create_chat("terminal", "local")
+            for text in ASKS:
+                reply = await runtime.dispatcher(Inbound("terminal", "local", text))
+                assert reply is not None and not reply.is_error, reply
+                stored = runtime.store.messages_between(chat.id, 0, 1000)
+                if any(m.role == "tool" for m in stored):
+                    break
+        finally:
+            for task in services:
+                task.cancel()
+            await asyncio.gather(*services, return_exceptions=True)
+    names = {c["function"]["name"] for m in stored for c in (m.tool_calls or [])}
+    results = [m.content for m in stored if m.role == "tool"]
+    assert any(name.startswith("t__") for name in names), f"no MCP call: {names}"
+    assert results and not all(r.startswith("error: no tool") for r in results), results
