@@ -79,7 +79,9 @@ def chat(ctx: click.Context, chat_id: str | None) -> None:
     context = ctx.find_object(Context)
     assert context is not None  # the root group made it
     runtime = context.runtime()
-    channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
+    channel = TerminalChannel(
+        chat_id or runtime.config.terminal.chat_id, streaming=runtime.config.terminal.streaming
+    )
     try:
         asyncio.run(_chat(runtime, channel))
     finally:

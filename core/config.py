@@ -140,6 +140,7 @@ class ContextConfig(Section):
 class TerminalConfig(Section):
     enabled: bool | None = None  # None: on when stdin is a terminal
     chat_id: str = "local"
+    streaming: bool = True  # print a reply as it grows
 
 
 RENAMED_TELEGRAM_KEYS = {"webhook_listen": "listen_host", "webhook_port": "listen_port"}
@@ -167,6 +168,9 @@ class TelegramConfig(Section):
     # What this process sends at most per second (Telegram allows a bot about 30; paid
     # broadcasts up to 1000). N processes of one bot: give each its share (30 / N).
     max_messages_per_second: float = Field(default=30.0, gt=0, le=1000)
+    # Show a reply as it grows: a draft in private chats, an edited message in groups.
+    streaming: bool = True
+    stream_interval_s: float = Field(default=1.0, ge=0.2, le=60)  # per chat, drafts and edits
 
     @model_validator(mode="before")
     @classmethod

@@ -8,7 +8,7 @@ import logging
 import random
 import re
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from core.completion import Completion, ToolCall
 from core.config import LLMConfig
@@ -93,6 +93,21 @@ class LLM(Protocol):
         model: str | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+    ) -> Completion: ...
+
+
+@runtime_checkable
+class StreamingLLM(Protocol):
+    """An `LLM` that can also stream its answer (`OpenAILLM`); others answer whole."""
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+        model: str | None = None,
+        max_tokens: int | None = None,
     ) -> Completion: ...
 
 
