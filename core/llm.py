@@ -10,7 +10,8 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from core.completion import Completion, ToolCall
+from core.completion import Completion as Completion  # re-exported: callers import it here
+from core.completion import ToolCall as ToolCall
 from core.config import LLMConfig
 from core.errors import (
     AnswerNotJSON,
