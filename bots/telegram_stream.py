@@ -103,7 +103,9 @@ class TelegramStreams:
 
     async def finish(self, bot: Bot, stream: ReplyStream, markdown: str) -> None:
         """Put the final `markdown` into a group's edited messages (sending what does not
-        fit in them, deleting those left over). Raises `DeliveryFailed` when it cannot."""
+        fit in them, deleting those left over), once a 429's wait is over. Raises
+        `DeliveryFailed` when it cannot."""
+        await asyncio.sleep(max(0.0, stream.hold_until - self.clock()))
         parts = format_reply(markdown)
         for index, part in enumerate(parts):
             try:
