@@ -171,6 +171,13 @@ def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
+def _register_stream_bench() -> None:
+    from bots.stream_bench import bench_stream
+
+    bench.add_command(bench_stream)
+
+
+_register_stream_bench()
 for plugin in PLUGINS:
     plugin.register_commands(cli)
 cli.add_command(storage_group)

@@ -167,6 +167,7 @@ class FakeOpenAIServer(LoopbackServer):
         self.traits = traits or ServerTraits()
         self.refused: list[tuple[int, str]] = []
         self.requests: list[dict[str, Any]] = []
+        self.token_times: list[list[float]] = []  # per streamed answer: when each token went
         self._lock = threading.Lock()
         super().__init__(self._handler_class())
 
@@ -209,7 +210,9 @@ class FakeOpenAIServer(LoopbackServer):
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
                     events = stream_events(request, reply, prompt)
-                    write_events(self.wfile, events, reply.tokens_per_s, reply.cut_after)
+                    times: list[float] = []
+                    server.token_times.append(times)
+                    write_events(self.wfile, events, reply.tokens_per_s, reply.cut_after, times)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client stopped reading
 

@@ -76,10 +76,14 @@ def stream_events(
 
 
 def write_events(
-    wfile: Any, events: list[StreamEvent], tokens_per_s: float, cut_after: int | None
+    wfile: Any,
+    events: list[StreamEvent],
+    tokens_per_s: float,
+    cut_after: int | None,
+    times: list[float] | None = None,
 ) -> None:
     """Write `events` to an open response, a token every 1/`tokens_per_s` s; stop (the
-    connection then closes) after `cut_after` tokens."""
+    connection then closes) after `cut_after` tokens. `times` gets when each token went."""
     sent = 0
     for event in events:
         if event.token and cut_after is not None and sent >= cut_after:
@@ -89,3 +93,5 @@ def write_events(
         wfile.write(f"data: {event.data}\n\n".encode())
         wfile.flush()
         sent += event.token
+        if event.token and times is not None:
+            times.append(time.monotonic())

@@ -12,7 +12,18 @@ import click
 
 from bots.cli import cli
 
-BENCHES = {"chaos", "kv", "locomo", "longrun", "memory", "reflector", "scale", "startup", "web"}
+BENCHES = {
+    "chaos",
+    "kv",
+    "locomo",
+    "longrun",
+    "memory",
+    "reflector",
+    "scale",
+    "startup",
+    "stream",
+    "web",
+}
 
 
 def bench_group() -> click.Group:
