@@ -220,6 +220,9 @@ class DiscordConfig(Section):
     allowed_user_ids: list[int] = Field(default_factory=list)
     reply_in_guilds: Literal["mention", "all"] = "mention"
     command_prefix: str = "!"
+    # Show a reply as it grows: a message edited in place, at most once per interval per chat.
+    streaming: bool = True
+    stream_interval_s: float = Field(default=1.0, ge=0.2, le=60)
     # Sharding across processes: each runs `shard_ids` of `shard_count` (unset: one process,
     # no sharding). Discord sends DMs to shard 0 only.
     shard_count: int | None = Field(default=None, ge=1)
