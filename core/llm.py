@@ -152,6 +152,7 @@ class OpenAILLM:
         self.base_url = config.base_url.rstrip("/")
         self._client: httpx.AsyncClient | None = None
         self.unstreamed: set[str] = set()  # models whose server would not stream
+        self.no_usage_option: set[str] = set()  # ... nor take `stream_options`
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def client(self) -> httpx.AsyncClient:
@@ -199,19 +200,25 @@ class OpenAILLM:
         a whole JSON answer) is answered whole, and for that model never asked to stream
         again; a stream that breaks after some text ends `INTERRUPTED` with that text."""
         name = model or self.model
-        if name not in self.unstreamed:
-            params = self._params(messages, tools, model, max_tokens)
-            params["stream"] = True
+        params = self._params(messages, tools, model, max_tokens)
+        params["stream"] = True
+        if name not in self.no_usage_option:
             params["stream_options"] = {"include_usage": True}
+        while name not in self.unstreamed:
             try:
                 return await self._read_stream(params, on_text)
             except StreamRefused as refused:
+                whole = refused.completion is not None
+                if refused.remember and not whole and params.pop("stream_options", None):
+                    self.no_usage_option.add(name)  # some servers refuse only that option
+                    continue
                 if refused.remember:
                     logger.warning("the model server does not stream %s (%s); answering"
                                    " whole from now on", name, refused)  # fmt: skip
                     self.unstreamed.add(name)
                 if refused.completion is not None:
                     return await _shown(refused.completion, on_text)
+                break
         completion = await self.complete(messages, tools, model=model, max_tokens=max_tokens)
         return await _shown(completion, on_text)
 

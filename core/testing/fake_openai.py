@@ -75,6 +75,7 @@ class ServerTraits:
     ollama: OllamaTraits | None = None  # also answer /api/show and /api/ps
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
     stream: str = "sse"  # on `stream: true`: "sse", "refuse" (400) or "json" (a whole answer)
+    no_stream_options: bool = False  # 400 on `stream_options` (older OpenAI-compatible servers)
 
     def models_body(self) -> dict[str, Any]:
         entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in self.served]
@@ -115,6 +116,8 @@ class ServerTraits:
                 "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
                 "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"
             )
+        if self.no_stream_options and "stream_options" in request:
+            return 400, "Unrecognized request argument supplied: stream_options"
         if self.stream == "refuse" and request.get("stream"):
             return 400, "streaming is not supported by this server"
         if self.n_ctx is not None:

@@ -118,7 +118,31 @@ def test_a_server_that_will_not_stream_answers_whole_and_is_not_asked_again(mode
     assert shown == ["whole answer", "second"]
     assert llm.unstreamed == {"fake-model"}
     asked = [bool(request.get("stream")) for request in server.requests]
-    assert asked == ([True, False, False] if mode == "refuse" else [True, False])
+    # A refusal is first taken as one of `stream_options`; asked again without it, then whole.
+    assert asked == ([True, True, False, False] if mode == "refuse" else [True, False])
+
+
+def test_a_server_that_refuses_only_stream_options_streams_without_usage() -> None:
+    with FakeOpenAIServer(traits=ServerTraits(no_stream_options=True)) as server:
+        server.add(FakeReply("a b"), FakeReply("c d"))
+        content, shown, llm = stream(server)
+        assert content == "a b" and shown == ["a", "a b"]
+        assert stream_again(llm) == "c d"
+    assert llm.no_usage_option == {"fake-model"} and llm.unstreamed == set()
+    assert ["stream_options" in request for request in server.requests] == [True, False, False]
+
+
+def stream_again(llm: OpenAILLM) -> str:
+    async def show(text: str) -> None:
+        pass
+
+    async def run() -> str:
+        try:
+            return (await llm.stream(ASK, on_text=show)).content
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(run())
 
 
 def test_an_overflow_on_a_streamed_request_is_raised_for_the_turn_to_learn() -> None:
