@@ -313,6 +313,7 @@ class TelegramChannel:
                     await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     logger.debug("sendChatAction failed: %s", exc)
+                await self.streams.refresh_drafts(bot, chat_id)  # a draft outlives 30 s
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(done.wait(), TYPING_INTERVAL_S)
 

@@ -49,6 +49,7 @@ class ReplyStream:
     last_call: float = float("-inf")
     hold_until: float = float("-inf")
     calls: int = 0
+    last_draft: str = ""  # what the draft shows, to show again before it expires
 
     @property
     def drafting(self) -> bool:
@@ -101,6 +102,21 @@ class TelegramStreams:
         except TelegramError as exc:
             logger.debug("showing a partial reply failed: %s", exc)
 
+    async def refresh_drafts(self, bot: Bot, chat_key: str) -> None:
+        """Show again the drafts of `chat_key` (`chat` or `chat:topic`) not refreshed for
+        `DRAFT_REFRESH_S`: a draft lives ~30 s, and a turn may pause longer (a slow tool)."""
+        for (key, _), stream in list(self._open.items()):
+            now = self.clock()
+            stale = now - stream.last_call >= DRAFT_REFRESH_S and now >= stream.hold_until
+            if key == chat_key and stream.drafting and stream.last_draft and stale:
+                stream.last_call = now
+                try:
+                    await _draft(bot, stream, stream.last_draft)
+                except RetryAfter as exc:
+                    stream.hold_until = self.clock() + seconds(exc.retry_after)
+                except TelegramError as exc:
+                    logger.debug("refreshing a draft failed: %s", exc)
+
     async def finish(self, bot: Bot, stream: ReplyStream, markdown: str) -> None:
         """Put the final `markdown` into a group's edited messages (sending what does not
         fit in them, deleting those left over), once a 429's wait is over. Raises
@@ -129,6 +145,7 @@ async def _draft(bot: Bot, stream: ReplyStream, text: str) -> None:
     await bot.send_message_draft(
         stream.chat_id, stream.draft_id, text, message_thread_id=stream.thread_id
     )
+    stream.last_draft = text
     stream.calls += 1
 
 

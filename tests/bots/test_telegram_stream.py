@@ -5,9 +5,12 @@ waited out, the 4,096 split mid-stream, and the final text is the stored reply."
 from __future__ import annotations
 
 import pytest
+from telegram import Bot
 
 from bots.runtime import Runtime
 from bots.telegram_delivery import format_reply
+from bots.telegram_stream import DRAFT_REFRESH_S, TelegramStreams
+from core.api import Outbound
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.testing.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
 from core.turn import STREAM_CUT_MARKER
@@ -112,3 +115,21 @@ async def test_a_cut_stream_ends_with_a_note_and_the_note_is_stored(
     [final] = tg.sent("sendMessage")
     shown = " ".join(WORDS.split()[:10])
     assert final["text"] == f"{shown} {STREAM_CUT_MARKER}" == reply_stored(streaming, "101")
+
+
+async def test_a_draft_is_shown_again_before_it_expires_while_the_turn_pauses(
+    tg: FakeTelegramServer,
+) -> None:
+    now = [100.0]
+    streams = TelegramStreams(1.0, clock=lambda: now[0])
+    async with Bot("123:TEST", base_url=tg.base_url) as bot:
+        message = Outbound("telegram", "101", "first words", reply_to="5")
+        stream = streams.open_stream(message, 101, None)
+        await streams.show(bot, stream, message.text)
+        now[0] += DRAFT_REFRESH_S / 2
+        await streams.refresh_drafts(bot, "101")  # still fresh: nothing sent
+        now[0] += DRAFT_REFRESH_S
+        await streams.refresh_drafts(bot, "101")
+        await streams.refresh_drafts(bot, "202")  # another chat's: not this one
+    drafts = tg.sent("sendMessageDraft")
+    assert [d["text"] for d in drafts] == ["first words", "first words"]
