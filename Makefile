@@ -5,7 +5,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 REAL_STAMP := $(VENV)/.installed-real
 
-.PHONY: install install-dev run test test-real lint fix bench bench-real clean
+.PHONY: install install-dev configured run chat test test-real lint fix bench bench-real clean
 
 # What running needs: the package and its dependencies, no test tools.
 $(RUN_STAMP): pyproject.toml constraints.txt
@@ -25,11 +25,26 @@ install: $(RUN_STAMP)
 
 install-dev: $(DEV_STAMP)
 
-run: install
+# A config, written by `mnemo init` the first time (it asks in a terminal, else takes its
+# defaults), and the embedded demo model when that config needs it (built once, with progress).
+configured: install
+	@if [ ! -f config.toml ] && [ -z "$$MNEMO_CONFIG" ]; then \
+		if [ -t 0 ]; then $(VENV)/bin/mnemo init; else $(VENV)/bin/mnemo init --yes; fi; \
+	fi
+	@$(VENV)/bin/mnemo embedded install --if-needed
+
+run: configured
 	$(VENV)/bin/mnemo run
 
+chat: configured
+	$(VENV)/bin/mnemo chat
+
+# 4 workers on 2 cores pay: the suite mostly waits (mnemo processes, PostgreSQL, sockets).
+# loadgroup keeps the tests that share one expensive fixture (xdist_group) on one worker.
+TEST_WORKERS ?= 4
+
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # llama-cpp-python builds from source the first time (~10 min on 2 cores); pip keeps the
 # wheel in its cache, so later installs take seconds.

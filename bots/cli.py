@@ -1,21 +1,29 @@
-"""The `mnemo` command: chat, run, doctor, bench, and every plugin's subcommands."""
+"""The `mnemo` command: chat, run, doctor, bench, and every plugin's subcommands.
+
+Only click is imported up front: each command imports what it uses when it runs, and the
+plugins' commands are registered by import path (`core.lazy_group`), so `mnemo --version`
+and `mnemo --help` load neither pydantic nor the model, database or chat libraries.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from bots.runtime import PLUGINS, Runtime, build_runtime, configure_logging
-from bots.storage_cli import storage_group
-from bots.terminal import TerminalChannel
-from core.api import Check
-from core.config import Config, load_config, resolve_config_path
-from core.doctor import llm_setup_hint, storage_checks
-from core.errors import LLMError, MnemoError
-from core.probes import model_checks
+from bots.plugins import PLUGINS
+from core import __version__
+from core.errors import MnemoError
+from core.lazy_group import LazyGroup, add_lazy_command
+
+if TYPE_CHECKING:
+    from bots.runtime import Runtime
+    from bots.terminal import TerminalChannel
+    from core.api import Check
+    from core.config import Config
+    from core.embedded_model import EmbeddedServer
 
 
 class Context:
@@ -28,17 +36,25 @@ class Context:
     @property
     def config(self) -> Config:
         if self._config is None:
+            from core.config import load_config
+
             self._config = load_config(self.config_path)
         return self._config
 
     def runtime(self) -> Runtime:
+        from bots.runtime import build_runtime
+
         return build_runtime(self.config)
 
 
 pass_context = click.make_pass_decorator(Context)
 
+# The lazily registered commands' help lines (a test keeps them equal to the docstrings).
+EMBEDDED_HELP = "The embedded demo model: a tiny model Mnemo starts itself (SmolLM2-135M)."
+INIT_HELP = "Write config.toml: find a model server (or the embedded demo model), check bot tokens."
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
     "config_path",
@@ -51,10 +67,13 @@ pass_context = click.make_pass_decorator(Context)
     default=None,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
-@click.version_option(package_name="mnemo")
+@click.version_option(version=__version__)  # not importlib.metadata: it costs ~50 ms
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
     """Mnemo: a chat-bot platform with long-term memory."""
+    from bots.runtime import configure_logging
+    from core.config import resolve_config_path
+
     context = Context(resolve_config_path(config_path))
     ctx.obj = context
     if ctx.invoked_subcommand in (None, "help"):
@@ -68,39 +87,70 @@ def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> 
         configure_logging(level or "WARNING")
 
 
-@cli.group(invoke_without_command=True)
+@cli.group(cls=LazyGroup, invoke_without_command=True)
 @click.option("--chat-id", default=None, help="Terminal chat id (default: [terminal] chat_id).")
 @click.pass_context
 def chat(ctx: click.Context, chat_id: str | None) -> None:
     """Talk to the bot in this terminal (reads one message per line when piped); or
     export or delete a chat's data (`mnemo chat export|delete CHAT`)."""
+    import asyncio
+
+    from bots.terminal import TerminalChannel
+
     if ctx.invoked_subcommand is not None:
         return
+    from bots.embedded_cli import serving_model
+
     context = ctx.find_object(Context)
     assert context is not None  # the root group made it
-    runtime = context.runtime()
-    channel = TerminalChannel(
-        chat_id or runtime.config.terminal.chat_id, streaming=runtime.config.terminal.streaming
-    )
-    try:
-        asyncio.run(_chat(runtime, channel))
-    finally:
-        runtime.close()
+    with serving_model(context.config, sys.stdin.isatty()) as (config, server):
+        runtime = runtime_for(config, server)
+        terminal = runtime.config.terminal
+        channel = TerminalChannel(chat_id or terminal.chat_id, streaming=terminal.streaming)
+        try:
+            asyncio.run(_chat(runtime, channel))
+        finally:
+            runtime.close()
+    if runtime.llm.failed and not runtime.llm.answered:
+        click.echo(
+            f"mnemo: the model never answered in this session "
+            f"({runtime.llm.failed} request(s) failed); `mnemo doctor` says why",
+            err=True,
+        )
+        sys.exit(1)
 
 
 @cli.command()
 @pass_context
 def run(context: Context) -> None:
     """Start every enabled channel and the reflector scheduler."""
-    runtime = context.runtime()
-    try:
-        asyncio.run(_run(runtime))
-    finally:
-        runtime.close()
+    import asyncio
+
+    from bots.embedded_cli import serving_model
+
+    with serving_model(context.config, sys.stdin.isatty()) as (config, server):
+        runtime = runtime_for(config, server)
+        try:
+            asyncio.run(_run(runtime))
+        finally:
+            runtime.close()
+
+
+def runtime_for(config: Config, server: EmbeddedServer | None) -> Runtime:
+    """The runtime on `config`; the embedded server's window is known before turn 1."""
+    from bots.runtime import build_runtime
+    from core.embedded_model import remember_window
+
+    runtime = build_runtime(config)
+    if server is not None:
+        remember_window(runtime.store, server)
+    return runtime
 
 
 async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
     from bots.app import run_platform
+    from core.doctor import llm_setup_hint
+    from core.errors import LLMError
 
     try:
         await runtime.llm.ping()
@@ -112,6 +162,8 @@ async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
 
 async def _run(runtime: Runtime) -> None:
     from bots.app import enabled_channels, run_platform
+    from core.doctor import llm_setup_hint
+    from core.errors import LLMError
 
     try:
         await runtime.llm.ping()
@@ -132,6 +184,8 @@ async def _run(runtime: Runtime) -> None:
 @pass_context
 def doctor(context: Context) -> None:
     """Check config, database, sqlite-vec and the model endpoint; exit 1 if Mnemo cannot work."""
+    import asyncio
+
     checks = asyncio.run(_doctor_checks(context))
     for check in checks:
         click.echo(check.line())
@@ -140,6 +194,10 @@ def doctor(context: Context) -> None:
 
 
 async def _doctor_checks(context: Context) -> list[Check]:
+    from bots.embedded_cli import serving_model
+    from core.api import Check
+    from core.errors import EmbeddedModelError
+
     try:
         config = context.config
     except MnemoError as exc:
@@ -147,9 +205,26 @@ async def _doctor_checks(context: Context) -> list[Check]:
     source = str(context.config_path) if context.config_path else "built-in defaults"
     checks = [Check("config", True, source)]
     try:
-        runtime = build_runtime(config)
+        with serving_model(config, interactive=False) as (served, server):
+            if server is not None:
+                started = f"{server.alias} serving at {server.base_url}"
+                checks.append(Check("embedded model", True, started))
+            return checks + await _runtime_checks(served, server)
+    except EmbeddedModelError as exc:
+        return [*checks, Check("embedded model", False, str(exc))]
+
+
+async def _runtime_checks(config: Config, server: EmbeddedServer | None) -> list[Check]:
+    from core.api import Check
+    from core.doctor import llm_setup_hint, storage_checks
+    from core.errors import LLMError
+    from core.probes import model_checks
+
+    checks: list[Check] = []
+    try:
+        runtime = runtime_for(config, server)
     except MnemoError as exc:
-        return [*checks, Check("database", False, str(exc))]
+        return [Check("database", False, str(exc))]
     try:
         checks.extend(storage_checks(runtime.storage))
         try:
@@ -166,21 +241,24 @@ async def _doctor_checks(context: Context) -> list[Check]:
     return checks
 
 
-@cli.group()
+@cli.group(cls=LazyGroup)
 def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
-def _register_stream_bench() -> None:
-    from bots.stream_bench import bench_stream
-
-    bench.add_command(bench_stream)
-
-
-_register_stream_bench()
+add_lazy_command(
+    bench,
+    "stream",
+    "bots.stream_bench:bench_stream",
+    "Streamed replies: first visible text, platform calls, final text == stored.",
+)
 for plugin in PLUGINS:
     plugin.register_commands(cli)
-cli.add_command(storage_group)
+add_lazy_command(
+    cli, "storage", "bots.storage_cli:storage_group", "Move the store between engines."
+)
+add_lazy_command(cli, "embedded", "bots.embedded_cli:embedded_group", EMBEDDED_HELP)
+add_lazy_command(cli, "init", "bots.init_cli:init_command", INIT_HELP)
 
 
 def main() -> None:

@@ -7,8 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bots.web import plugin as web_plugin
-from core import default_plugin
+from bots.plugins import PLUGINS
 from core.assembly import build_agent
 from core.config import Config
 from core.db import Connection
@@ -22,19 +21,6 @@ from core.storage import Storage, open_storage
 from core.store import DeliveryStore, SessionStore
 from core.stores import file_store, session_store
 from core.turn import Agent
-from memory import plugin as memory_plugin
-from memory.strategies import plugin as strategies_plugin
-from reflector import plugin as reflector_plugin
-
-# Registration order is injection order: built-ins, memory, strategies, reflector; the
-# dashboard last (it reads the others).
-PLUGINS: tuple[Plugin, ...] = (
-    default_plugin,
-    memory_plugin,
-    strategies_plugin,
-    reflector_plugin,
-    web_plugin,
-)
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from bots.runtime import PLUGINS
+from bots.plugins import PLUGINS
 from core.cli import current_config
 from core.errors import MnemoError
 from core.pg_db import redact_url

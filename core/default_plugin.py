@@ -5,39 +5,54 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.api import Extension
+import click
 
 if TYPE_CHECKING:
-    import click
-
+    from core.api import Extension
     from core.hooks import Host
+
+# Each command's short help for `mnemo --help`, which lists them without importing them
+# (tests/bots/test_cli.py checks they match the commands' own).
+INSPECT_HELP = "Show what CHAT's next request holds (CHAT is channel:chat_id, e.g. terminal:local)."
+EXPORT_HELP = (
+    "Everything kept about CHAT: messages with senders and times, the summary, memories"
+    " with their provenance, learned strategies, notes (AGENTS.md), stored tool results."
+)
+DELETE_HELP = (
+    "Delete everything kept about CHAT, as /forgetme does: messages, summary, memories,"
+    " strategies, notes, archives, stored tool results, the reflector's progress."
+)
+BACKUP_HELP = (
+    "Copy the database to PATH, safely while Mnemo runs (SQLite's online backup), and"
+    " check the copy."
+)
+RESTORE_HELP = "Replace the database with the backup at PATH."
+BENCHES = {
+    "longrun": "A long chat with a 20 KB tool result every third turn (fake model, real"
+    " tokenizer).",
+    "startup": "Wall time and memory of `mnemo chat`, `mnemo doctor` and `mnemo run` (fake model).",
+    "kv": "KV-cache reuse of a long chat with memories on a real llama-cpp-python server.",
+    "chaos": "Messages stored, answered and delivered after a kill -9, a SIGTERM and under load.",
+    "scale": "Turns per second and CPU per turn: 1 process on SQLite, N on PostgreSQL.",
+}
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.bench.chaos import bench_chaos
-    from core.bench.kv import bench_kv
-    from core.bench.longrun import bench_longrun
-    from core.bench.scale import bench_scale
-    from core.bench.startup import bench_startup
-    from core.cli import bench_group, inspect_command
-    from core.data_cli import (
-        backup_command,
-        chat_group,
-        delete_command,
-        export_command,
-        restore_command,
-    )
+    from core.cli import bench_group
+    from core.lazy_group import add_lazy_command
 
-    cli.add_command(inspect_command)
-    chat_group(cli).add_command(export_command)
-    chat_group(cli).add_command(delete_command)
-    cli.add_command(backup_command)
-    cli.add_command(restore_command)
-    bench_group(cli).add_command(bench_longrun)
-    bench_group(cli).add_command(bench_startup)
-    bench_group(cli).add_command(bench_kv)
-    bench_group(cli).add_command(bench_chaos)
-    bench_group(cli).add_command(bench_scale)
+    chat = cli.commands["chat"]
+    assert isinstance(chat, click.Group)
+    for group, name, target, help in (
+        (cli, "inspect", "core.cli:inspect_command", INSPECT_HELP),
+        (chat, "export", "core.data_cli:export_command", EXPORT_HELP),
+        (chat, "delete", "core.data_cli:delete_command", DELETE_HELP),
+        (cli, "backup", "core.data_cli:backup_command", BACKUP_HELP),
+        (cli, "restore", "core.data_cli:restore_command", RESTORE_HELP),
+    ):
+        add_lazy_command(group, name, target, help)
+    for name, help in BENCHES.items():
+        add_lazy_command(bench_group(cli), name, f"core.bench.{name}:bench_{name}", help)
 
 
 def extension(host: Host) -> Extension:

@@ -8,6 +8,7 @@ MnemoError
 │   ├── StorageFull        the disk (or the database's size limit) is full: nothing was written
 │   └── DatabaseGone       the open database file was deleted or replaced under the process
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── EmbeddedModelError     the embedded demo model is not installed or did not start
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
@@ -21,7 +22,12 @@ MnemoError
 │   └── LLMBadResponse     the answer could not be parsed
 │       ├── AnswerNotJSON  a 200 whose body is not JSON (a web page, a proxy's error)
 │       └── ReplyInvalid   the answer is not the JSON object the prompt asks for
-└── ToolError              a tool was called with bad arguments or failed
+├── ToolError              a tool was called with bad arguments or failed
+├── FetchError             a guarded HTTP fetch (web_fetch, `mnemo skills add URL`) failed
+│   ├── FetchRefused       the URL's scheme or address is not allowed (private, loopback, …)
+│   ├── FetchTooLarge      the body went over the size cap (the rest was not read)
+│   └── FetchTimeout       the fetch (redirects and body included) went over its deadline
+└── SkillError             a skill is malformed, unknown, or a path escapes its folder
 
 Other packages subclass these where a caller must tell a case apart:
 `memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact) and
@@ -63,6 +69,10 @@ class DatabaseGone(StorageError):
 
 class EmbeddingUnavailable(MnemoError):
     """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
+
+
+class EmbeddedModelError(MnemoError):
+    """The embedded demo model (`[embedded]`) is not installed, or its server did not start."""
 
 
 class DeliveryFailed(MnemoError):
@@ -139,3 +149,26 @@ class ReplyInvalid(LLMBadResponse):
 
 class ToolError(MnemoError):
     """A tool call failed; the message is shown to the model."""
+
+
+class FetchError(MnemoError):
+    """A guarded fetch failed: the connection, the HTTP status, or too many redirects."""
+
+
+class FetchRefused(FetchError):
+    """The URL is refused before any byte is sent to it: a scheme other than http(s), or a
+    host resolving to a loopback, private, link-local, metadata, multicast or unspecified
+    address that the operator did not allow (`[fetch] allow`)."""
+
+
+class FetchTooLarge(FetchError):
+    """The body went over `[fetch] max_bytes`; reading stopped at the cap."""
+
+
+class FetchTimeout(FetchError):
+    """The fetch went over `[fetch] timeout_s` (connects, redirects and the body together)."""
+
+
+class SkillError(MnemoError, ValueError):
+    """A skill is malformed (front matter, name, size), unknown, or a path leaves its folder;
+    the message says which and why."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -43,6 +45,18 @@ class FileStore(Protocol):
 
     def location(self, path: str) -> str:
         """Where `path` is, for people: an absolute file path, or `postgresql:<path>`."""
+        ...
+
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
+        """{path: version stamp} of every file under the directories `prefixes` (one round
+        trip on PostgreSQL); with `file_name`, only the files of that name one folder down
+        (`<prefix><folder>/<file_name>`). A stamp changes whenever the file is written, so
+        a cache keyed on it never serves an old parse (`core.skills` scans each turn)."""
+        ...
+
+    def stays_inside(self, path: str, directory: str) -> bool:
+        """True if reading `path` reads a file inside `directory`: no symbolic link (on
+        the data dir) leads out of it. Rows on PostgreSQL cannot be links."""
         ...
 
 
@@ -119,6 +133,62 @@ class DirectoryFileStore:
 
     def location(self, path: str) -> str:
         return str(self._path(path).resolve())
+
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
+        """mtime (ns) and size, from `os.scandir` (pathlib's rglob is many times slower)."""
+        found: dict[str, str] = {}
+        for prefix in prefixes:
+            relative = clean_prefix(prefix)
+            directory = os.path.join(self.root, relative)
+            if file_name:
+                found.update(_named_stamps(directory, relative, file_name))
+            else:
+                found.update(_walk_stamps(directory, relative))
+        return found
+
+    def stays_inside(self, path: str, directory: str) -> bool:
+        inside = (self.root / clean_prefix(directory)).resolve()
+        return self._path(path).resolve().is_relative_to(inside)
+
+
+def _stamp(path: str) -> str | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return f"{status.st_mtime_ns}:{status.st_size}" if stat.S_ISREG(status.st_mode) else None
+
+
+def _named_stamps(directory: str, relative: str, file_name: str) -> dict[str, str]:
+    """{relative path: stamp} of `<directory>/*/<file_name>`."""
+    found: dict[str, str] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        stamp = _stamp(os.path.join(entry.path, file_name))
+        if stamp is not None:
+            found[f"{relative}{entry.name}/{file_name}"] = stamp
+    return found
+
+
+def _walk_stamps(directory: str, relative: str) -> dict[str, str]:
+    """{relative path: "mtime_ns:size"} of the files under `directory` (links to directories
+    are not entered; temporary files of an atomic write are left out)."""
+    found: dict[str, str] = {}
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                found.update(_walk_stamps(entry.path, f"{relative}{entry.name}/"))
+            elif entry.is_file() and not entry.name.endswith(".tmp"):
+                status = entry.stat()
+                found[relative + entry.name] = f"{status.st_mtime_ns}:{status.st_size}"
+    return found
 
 
 def _remove_if_empty(directory: Path) -> None:

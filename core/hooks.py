@@ -8,7 +8,7 @@ A plugin is a module with two functions:
   host offers (config, database, stores, model client, the other extensions).
 
 The built-ins (`core.default_plugin`), memory, learned strategies and the reflector are
-all plugins; `bots.runtime.PLUGINS` lists them in registration order.
+all plugins; `bots.plugins.PLUGINS` lists them in registration order.
 """
 
 from __future__ import annotations

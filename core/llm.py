@@ -154,6 +154,8 @@ class OpenAILLM:
         self.unstreamed: set[str] = set()  # models whose server would not stream
         self.no_usage_option: set[str] = set()  # ... nor take `stream_options`
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.answered = 0  # completions received since start (`mnemo chat`'s exit status)
+        self.failed = 0  # requests that ended in an LLMError
 
     def client(self) -> httpx.AsyncClient:
         import httpx  # here, not at module level: `mnemo --help` need not pay for it
@@ -183,8 +185,14 @@ class OpenAILLM:
         if response_format is not None:
             params["response_format"] = response_format
         started = time.monotonic()
-        body = await self._post_json("/chat/completions", params)
-        return _to_completion(body, int((time.monotonic() - started) * 1000))
+        try:
+            body = await self._post_json("/chat/completions", params)
+            completion = _to_completion(body, int((time.monotonic() - started) * 1000))
+        except LLMError:
+            self.failed += 1
+            raise
+        self.answered += 1
+        return completion
 
     async def stream(
         self,
@@ -206,7 +214,7 @@ class OpenAILLM:
             params["stream_options"] = {"include_usage": True}
         while name not in self.unstreamed:
             try:
-                return await self._read_stream(params, on_text)
+                streamed = await self._read_stream(params, on_text)
             except StreamRefused as refused:
                 whole = refused.completion is not None
                 if refused.remember and not whole and params.pop("stream_options", None):
@@ -217,8 +225,14 @@ class OpenAILLM:
                                    " whole from now on", name, refused)  # fmt: skip
                     self.unstreamed.add(name)
                 if refused.completion is not None:
+                    self.answered += 1
                     return await _shown(refused.completion, on_text)
                 break
+            except LLMError:
+                self.failed += 1
+                raise
+            self.answered += 1
+            return streamed
         completion = await self.complete(messages, tools, model=model, max_tokens=max_tokens)
         return await _shown(completion, on_text)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from core.file_store import clean_path, clean_prefix
 from core.pg_db import PgDatabase
 
@@ -45,5 +47,30 @@ class PgFileStore:
         )
         return [str(row[0]) for row in rows]
 
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
+        cleaned = [clean_prefix(prefix) for prefix in prefixes]
+        rows = self.db.read(
+            "SELECT path, updated_at || ':' || md5(content) FROM stored_files"
+            " WHERE path ^@ ANY(%s) AND (%s = '' OR right(path, %s) = %s) ORDER BY path",
+            (cleaned, file_name, len(file_name) + 1, f"/{file_name}"),
+        )
+        return {
+            str(path): str(stamp)
+            for path, stamp in rows
+            if not file_name or _one_down(str(path), cleaned, file_name)
+        }
+
+    def stays_inside(self, path: str, directory: str) -> bool:
+        return clean_path(path).startswith(clean_prefix(directory))
+
     def location(self, path: str) -> str:
         return f"postgresql:{clean_path(path)}"
+
+
+def _one_down(path: str, prefixes: list[str], file_name: str) -> bool:
+    """True if `path` is `<prefix><folder>/<file_name>` for one of `prefixes`."""
+    for prefix in prefixes:
+        folder = path[len(prefix) : -len(file_name) - 1] if path.startswith(prefix) else ""
+        if folder and "/" not in folder:
+            return True
+    return False

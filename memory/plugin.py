@@ -4,23 +4,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.api import Extension
-
 if TYPE_CHECKING:
     import click
 
+    from core.api import Extension
     from core.hooks import Host
+
+# Short help for `mnemo --help`, which lists the commands without importing them.
+MEMORY_HELP = "Structured memories of a chat: list, search, add, forget, forgotten, reindex."
+LOCOMO_HELP = "Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."
+BENCH_HELP = "Ranking latency (query embedding included) for one chat of N memories."
 
 
 def register_commands(cli: click.Group) -> None:
     from core.cli import bench_group
-    from memory.bench.cli import bench_locomo, bench_memory
-    from memory.cli import memory_group
+    from core.lazy_group import add_lazy_command
 
-    cli.add_command(memory_group)
-    bench = bench_group(cli)
-    bench.add_command(bench_locomo)
-    bench.add_command(bench_memory)
+    add_lazy_command(cli, "memory", "memory.cli:memory_group", MEMORY_HELP)
+    add_lazy_command(bench_group(cli), "locomo", "memory.bench.cli:bench_locomo", LOCOMO_HELP)
+    add_lazy_command(bench_group(cli), "memory", "memory.bench.cli:bench_memory", BENCH_HELP)
 
 
 def extension(host: Host) -> Extension:

@@ -180,8 +180,9 @@ class PgRunStore:
             "INSERT INTO reflector_runs (chat_id, started_at, first_message_id, last_message_id,"
             " messages_seen, memories_added, memories_updated, memories_refreshed,"
             " memories_skipped, model, prompt_tokens, completion_tokens, ok, error, status,"
-            " batch_failed) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-            " %s, %s) RETURNING id",
+            " batch_failed, skip_reasons)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            " RETURNING id",
             run_values(run),
         )
         assert row is not None

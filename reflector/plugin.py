@@ -5,22 +5,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.api import Extension
-
 if TYPE_CHECKING:
     import click
 
+    from core.api import Extension
     from core.hooks import Host
+
+# Short help for `mnemo --help`, which lists the commands without importing them.
+REFLECT_HELP = "Distil facts from unseen messages into memories (one pass), or list past runs."
+WORKER_HELP = (
+    "Run the reflector on its schedule, alone (beside bot processes on the same database)."
+)
+BENCH_HELP = "Time a pass over NEW messages in a chat with SMALL vs LARGE history (fake model)."
 
 
 def register_commands(cli: click.Group) -> None:
     from core.cli import bench_group
-    from reflector.bench.cli import bench_reflector
-    from reflector.cli import reflect, reflector_worker
+    from core.lazy_group import add_lazy_command
 
-    cli.add_command(reflect)
-    cli.add_command(reflector_worker)
-    bench_group(cli).add_command(bench_reflector)
+    add_lazy_command(cli, "reflect", "reflector.cli:reflect", REFLECT_HELP)
+    add_lazy_command(cli, "reflector", "reflector.cli:reflector_worker", WORKER_HELP)
+    add_lazy_command(
+        bench_group(cli), "reflector", "reflector.bench.cli:bench_reflector", BENCH_HELP
+    )
 
 
 def extension(host: Host) -> Extension:

@@ -1,9 +1,14 @@
 """Shared fixtures: a fake OpenAI server on loopback, a config on tmp_path, a runtime, and a
-real PostgreSQL server on 127.0.0.1 (started once per session, only if a test asks)."""
+real PostgreSQL server on 127.0.0.1 (started once per session, only if a test asks).
+
+`make test` runs the suite on pytest-xdist workers (`-n 4`): each worker has its own
+PostgreSQL server and embedder, and all share one model cache, exported once per run.
+"""
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import itertools
 import os
 import shutil
@@ -25,19 +30,53 @@ from memory.embeddings import Embedder, load_embedder
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The exported ONNX model is cached per test session, not in the user's ~/.cache;
-# subprocesses started by `run_mnemo` inherit it.
-_CACHE = tempfile.mkdtemp(prefix="mnemo-test-cache-")
-os.environ["MNEMO_CACHE_DIR"] = _CACHE
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+RUN_CACHE = "MNEMO_TEST_RUN_CACHE"
+# The slowest tests (whole `mnemo` processes, fleets, exports), handed out first on xdist
+# workers so the run does not end waiting on one of them.
+SLOWEST_FIRST = (
+    "tests/e2e/",
+    "tests/bots/test_durability.py",
+    "tests/memory/test_onnx.py",
+    "tests/memory/test_extension.py",
+    "tests/memory/test_forgetting.py",
+    "tests/reflector/test_cli.py",
+    "tests/core/test_backup.py",
+)
+
+
+def run_cache() -> str:
+    """The model cache of this test run, not the user's ~/.cache: made by the first process
+    that loads this file (the only one, or xdist's controller, which removes it at exit);
+    xdist workers and the `mnemo` subprocesses inherit it through the environment."""
+    inherited = os.environ.get(RUN_CACHE)
+    if inherited:
+        return inherited
+    made = tempfile.mkdtemp(prefix="mnemo-test-cache-")
+    os.environ[RUN_CACHE] = made
+    atexit.register(shutil.rmtree, made, ignore_errors=True)
+    return made
+
+
+os.environ["MNEMO_CACHE_DIR"] = run_cache()
 MNEMO = [sys.executable, "-m", "bots.cli"]
 _DATABASE_NUMBERS = itertools.count(1)
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
+
+
+@pytest.fixture(scope="session", autouse="PYTEST_XDIST_WORKER" in os.environ)
 def embedder() -> Embedder:
-    """The bundled all-MiniLM-L6-v2, loaded once for the whole session."""
-    loaded = load_embedder()
+    """The bundled all-MiniLM-L6-v2, loaded once per process. Its first load exports it to
+    ONNX in the run's cache; a lock makes the other workers wait for that one export. On
+    xdist workers it is loaded before the first test, so no test, nor a `mnemo` process it
+    starts, makes the export again beside it."""
+    with open(Path(os.environ["MNEMO_CACHE_DIR"]) / "export.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        loaded = load_embedder()
     assert loaded is not None, "the bundled all-MiniLM-L6-v2 must load"
     return loaded
 
@@ -136,7 +175,8 @@ def mnemo_env() -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI_", "TELEGRAM_", "DISCORD_")) and k != "MNEMO_CONFIG"
     }
-    env["PYTHONPATH"] = str(REPO)
+    inherited = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *inherited])  # this checkout first
     return env
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PRODUCT = ("core", "memory", "reflector", "bots", "migrations")
 FORBIDDEN_IN_CORE = ("bots", "memory", "reflector", "telegram", "discord")
-COMPOSITION_ROOTS = {"cli.py", "runtime.py", "app.py", "__init__.py"}
+COMPOSITION_ROOTS = {"cli.py", "runtime.py", "plugins.py", "app.py", "__init__.py"}
 TURN_ORCHESTRATOR = "core.turn"
 SQL = re.compile(
     r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"

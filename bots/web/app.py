@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -95,8 +95,14 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         Route(f"{chat}/strategies", in_chat(pages.strategies)),
         Route(f"{chat}/reflector", in_chat(pages.reflector)),
         Route(f"{chat}/context", in_chat(pages.context)),
+        # Browsers ask for /favicon.ico whatever the page links: no 404 in their console.
+        Route("/favicon.ico", _favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
 def _chat_endpoint(dashboard: Dashboard, handler: ChatHandler) -> Endpoint:

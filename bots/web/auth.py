@@ -31,7 +31,7 @@ from core.errors import ConfigError
 
 COOKIE = "mnemo_session"
 MAX_SESSIONS = 64
-OPEN_PATHS = ("/login", "/static/")
+OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Pragma": "no-cache",

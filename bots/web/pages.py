@@ -14,7 +14,7 @@ from bots.web.charts import Share
 from bots.web.dashboard import Dashboard, session_pressure
 from core.api import Chat
 from core.clock import utc_now
-from core.model_profile import effective_window
+from core.model_profile import effective_window, model_label
 from core.text import whole_number
 
 CHATS_PER_PAGE = 50
@@ -26,6 +26,8 @@ PART_COLOURS = {
     "summary": "#b07aa1",
     "history": "#76b7b2",
     "newest message": "#f28e2b",
+    "tool schemas": "#8cd17d",
+    "framing": "#d4a6c8",
     "free": "#e8e8e8",
     "kept for the answer": "#bab0ac",
 }
@@ -95,6 +97,8 @@ class Pages:
         entries = self.dashboard.store.conversation(chat.id, before, MESSAGES_PER_PAGE)
         marks = {m.last_message_id: m for m in self.dashboard.store.compaction_marks(chat.id)}
         older = entries[0].id if len(entries) == MESSAGES_PER_PAGE else None
+        store = self.dashboard.store
+        unanswered = store.unanswered(chat.id, entries[0].id, entries[-1].id) if entries else {}
         return self.chat_page(
             request,
             chat,
@@ -103,6 +107,7 @@ class Pages:
             entries=entries,
             marks=marks,
             older=older,
+            unanswered=unanswered,
         )
 
     async def memories(self, request: Request, chat: Chat) -> Response:
@@ -240,7 +245,7 @@ class Pages:
             "health.html",
             health=health,
             config=self.dashboard.config,
-            model=self.dashboard.planner.model,
+            model=model_label(health.profile),
             model_checks=self.dashboard.model_checks,
             effective=self.window(),
         )
@@ -261,6 +266,8 @@ def context_bar(view: Any) -> Any:
         colour = SECTION_COLOURS[i % len(SECTION_COLOURS)]
         shares.append(Share(f"{meta.key} ({meta.source})", tokens, colour))
     shares.append(Share("newest message", report.newest_tokens, PART_COLOURS["newest message"]))
+    shares.append(Share("tool schemas", report.tools_tokens, PART_COLOURS["tool schemas"]))
+    shares.append(Share("framing", max(report.framing_tokens, 0), PART_COLOURS["framing"]))
     used = sum(share.value for share in shares)
     shares.append(Share("free", max(report.effective_window - used, 0), PART_COLOURS["free"]))
     reserve = report.context_window - report.effective_window

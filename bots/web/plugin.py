@@ -5,21 +5,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.api import Extension
-
 if TYPE_CHECKING:
     import click
 
+    from core.api import Extension
     from core.hooks import Host
+
+# Short help for `mnemo --help`, which lists the commands without importing them.
+WEB_HELP = "Serve the operator's dashboard: chats, memories, context, pictures, health."
+BENCH_HELP = "Server time of every dashboard page on a seeded database (target: 200 ms)."
 
 
 def register_commands(cli: click.Group) -> None:
-    from bots.web.bench.run import bench_web
-    from bots.web.cli import web_command
     from core.cli import bench_group
+    from core.lazy_group import add_lazy_command
 
-    cli.add_command(web_command)
-    bench_group(cli).add_command(bench_web)
+    add_lazy_command(cli, "web", "bots.web.cli:web_command", WEB_HELP)
+    add_lazy_command(bench_group(cli), "web", "bots.web.bench.run:bench_web", BENCH_HELP)
 
 
 def extension(host: Host) -> Extension:

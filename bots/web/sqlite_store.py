@@ -12,6 +12,7 @@ from bots.web.store import (
     CHAT_FIGURES_ORDER,
     CHAT_PAGE,
     CHAT_PAGE_ORDER,
+    REPLY_STATES,
     USAGE_SERIES,
     ChatOverview,
     CompactionMark,
@@ -23,6 +24,7 @@ from bots.web.store import (
     days_from_rows,
     entry_from_row,
     overview_from_row,
+    unanswered_from_rows,
 )
 from core.db import Connection
 
@@ -64,6 +66,12 @@ class SqliteDashboardStore:
             (chat_id, before_id if before_id is not None else 2**63 - 1, limit),
         ).fetchall()
         return [entry_from_row(row) for row in reversed(rows)]
+
+    def unanswered(self, chat_id: int, first_id: int, last_id: int) -> dict[int, str]:
+        rows = self.conn.execute(
+            REPLY_STATES.format(p="?"), (chat_id, first_id, last_id)
+        ).fetchall()
+        return unanswered_from_rows(rows)
 
     def chat_person(self, chat_id: int) -> str:
         row = self.conn.execute(

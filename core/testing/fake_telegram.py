@@ -103,7 +103,7 @@ class FakeTelegramServer(LoopbackServer):
         self._retry_at: dict[int, float] = {}  # update id → when its next POST may go
         self._closing = False
         self._delivery = threading.Thread(target=self._deliver_forever, daemon=True)
-        super().__init__(self._handler_class(), poll_interval=0.05)
+        super().__init__(self._handler_class())
 
     def __enter__(self) -> Self:
         super().__enter__()

@@ -38,9 +38,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    """Serves `handler` on 127.0.0.1 between `__enter__` and `__exit__`."""
+    """Serves `handler` on 127.0.0.1 between `__enter__` and `__exit__`.
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler], poll_interval: float = 0.5):
+    `__exit__` waits for the serving loop to notice the shutdown, up to `poll_interval`:
+    short, because a test stops its fakes at every teardown (socketserver's 0.5 s default
+    cost the suite minutes)."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], poll_interval: float = 0.01):
         self._server = _Server(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(

@@ -30,7 +30,7 @@ class RoundRobinProxy(LoopbackServer):
         self.answered: Counter[str] = Counter()  # backend origin → requests it answered
         self._next = itertools.cycle(range(len(backends)))
         self._lock = threading.Lock()
-        super().__init__(self._handler_class(), poll_interval=0.05)
+        super().__init__(self._handler_class())
 
     def _pick(self) -> tuple[str, int, str]:
         with self._lock:

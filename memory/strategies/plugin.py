@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.api import Extension
-
 if TYPE_CHECKING:
     import click
 
+    from core.api import Extension
     from core.hooks import Host
+
+# Short help for `mnemo --help`, which lists the command without importing it.
+HELP = "Learned strategies (SHADOW → PROMOTED → DEMOTED/ARCHIVED)."
 
 
 def register_commands(cli: click.Group) -> None:
-    from memory.strategies.cli import strategies_group
+    from core.lazy_group import add_lazy_command
 
-    cli.add_command(strategies_group)
+    add_lazy_command(cli, "strategies", "memory.strategies.cli:strategies_group", HELP)
 
 
 def extension(host: Host) -> Extension:

@@ -1,4 +1,5 @@
-"""The `mnemo` command: every plugin's subcommands are there, and every bench speaks JSON."""
+"""The `mnemo` command: every plugin's subcommands are there, `--version` and `--help` load
+nothing heavy, and every bench speaks JSON."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
+import pytest
+from click.testing import CliRunner
 
 from bots.cli import cli
+from core import __version__
+from core.lazy_group import LazyGroup
 
+REPO = Path(__file__).resolve().parents[2]
 BENCHES = {
     "chaos",
     "kv",
@@ -20,10 +27,17 @@ BENCHES = {
     "memory",
     "reflector",
     "scale",
+    "skills",
     "startup",
     "stream",
     "web",
 }
+# What `mnemo --version` and `mnemo --help` must not import (issue 27: ≤ 0.25 s).
+HEAVY = {
+    "pydantic", "pydantic_core", "httpx", "numpy", "onnxruntime", "onnx", "sqlite_vec",
+    "pysqlite3", "psycopg", "psycopg_pool", "telegram", "discord", "torch", "starlette",
+    "uvicorn", "jinja2", "sentence_transformers", "transformers", "tokenizers", "apscheduler",
+}  # fmt: skip
 
 
 def bench_group() -> click.Group:
@@ -32,15 +46,68 @@ def bench_group() -> click.Group:
     return group
 
 
+def lazy_groups() -> list[LazyGroup]:
+    groups = [cli, cli.commands["bench"], cli.commands["chat"]]
+    assert all(isinstance(group, LazyGroup) for group in groups)
+    return groups  # type: ignore[return-value]
+
+
 def test_the_plugins_registered_their_commands() -> None:
+    ctx = click.Context(cli)
     assert {"chat", "run", "doctor", "bench", "memory", "reflect", "storage", "web"} <= set(
-        cli.commands
+        cli.list_commands(ctx)
     )
-    assert set(bench_group().commands) == BENCHES
+    assert set(bench_group().list_commands(ctx)) == BENCHES
+
+
+def imported_by(*args: str) -> set[str]:
+    """The top-level packages `python -m bots.cli ARGS` imports (from `-X importtime`)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "bots.cli", *args],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert len(lines) > 20, done.stderr  # the format is what we parse
+    return {line.rpartition("|")[2].strip().split(".")[0] for line in lines}
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_version_and_help_import_nothing_heavy(args: list[str]) -> None:
+    imported = imported_by(*args)
+    assert "click" in imported
+    assert imported & HEAVY == set()
+
+
+def test_the_version_is_the_package_version() -> None:
+    """One source: the package's metadata is read from `core.__version__` at build time."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "core.__version__"}
+    result = CliRunner().invoke(cli, ["--version"])
+    assert result.output.endswith(f"version {__version__}\n")
+
+
+def test_help_lists_each_unloaded_command_with_its_own_short_help() -> None:
+    """`mnemo --help` shows the help registered with each lazy command: it must say what
+    the command's own docstring says, at any terminal width."""
+    checked = 0
+    for group in lazy_groups():
+        for name, lazy in group.lazy_commands.items():
+            command = lazy.load()
+            for limit in (30, 45, 60, 80, 120, 400):
+                expected = command.get_short_help_str(limit)
+                assert lazy.short_help(limit) == expected, (name, limit)
+            checked += 1
+    assert checked >= 20
 
 
 def test_every_bench_command_takes_json() -> None:
-    for name, command in bench_group().commands.items():
+    group = bench_group()
+    for name in group.list_commands(click.Context(group)):
+        command = group.get_command(click.Context(group), name)
+        assert command is not None
         flags = [p for p in command.params if isinstance(p, click.Option) and "--json" in p.opts]
         assert [flag.is_flag for flag in flags] == [True], name
 

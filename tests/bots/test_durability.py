@@ -23,6 +23,8 @@ from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.testing.fake_telegram import FakeTelegramServer, user
 from tests.conftest import start_mnemo, write_config
 
+# Timed kills and shutdowns: on xdist, one at a time (with tests/e2e/test_chaos.py).
+pytestmark = pytest.mark.xdist_group("signals")
 CHATS = (201, 202, 203)
 
 

@@ -46,11 +46,22 @@ def st_model(files: ModelFiles) -> Any:
     return onnx_export.load_st_model(files)
 
 
+# Its session fixtures load torch and hold a cache: one xdist worker runs the whole module.
+pytestmark = pytest.mark.xdist_group("onnx")
+
+
 @pytest.fixture(scope="session")
-def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def cache_root(
+    tmp_path_factory: pytest.TempPathFactory, files: ModelFiles, embedder: object
+) -> Iterator[Path]:
+    """A cache of the module's own, holding a copy of the run's export (which `embedder`
+    made, or found): the tests below damage and remake files in it. Making the export is
+    what `embedder` did, and what the tests that remake files do again."""
+    shared = exported_model(files).folder
     root = tmp_path_factory.mktemp("mnemo-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MNEMO_CACHE_DIR", str(root))
+        shutil.copytree(shared, exported_model(files).folder)
         yield root
 
 

@@ -1,0 +1,26 @@
+"""The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
+strategies, skills, the reflector, and the dashboard last (it reads the others). Registration order
+is injection order. Each plugin module is light: importing it loads none of its parts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bots.web import plugin as web_plugin
+from core import default_plugin
+from core.skills import plugin as skills_plugin
+from memory import plugin as memory_plugin
+from memory.strategies import plugin as strategies_plugin
+from reflector import plugin as reflector_plugin
+
+if TYPE_CHECKING:
+    from core.hooks import Plugin
+
+PLUGINS: tuple[Plugin, ...] = (
+    default_plugin,
+    memory_plugin,
+    strategies_plugin,
+    skills_plugin,
+    reflector_plugin,
+    web_plugin,
+)
