@@ -39,7 +39,9 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
     if terminal is None:
         terminal = sys.stdin.isatty()
     if terminal:
-        channels.append(TerminalChannel(config.terminal.chat_id))
+        channels.append(
+            TerminalChannel(config.terminal.chat_id, streaming=config.terminal.streaming)
+        )
     return channels
 
 

@@ -105,7 +105,8 @@ def chat(ctx: click.Context, chat_id: str | None) -> None:
     assert context is not None  # the root group made it
     with serving_model(context.config, sys.stdin.isatty()) as (config, server):
         runtime = runtime_for(config, server)
-        channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
+        terminal = runtime.config.terminal
+        channel = TerminalChannel(chat_id or terminal.chat_id, streaming=terminal.streaming)
         try:
             asyncio.run(_chat(runtime, channel))
         finally:
@@ -250,6 +251,12 @@ def bench() -> None:
     """Benchmarks (figures for the README; not tests)."""
 
 
+add_lazy_command(
+    bench,
+    "stream",
+    "bots.stream_bench:bench_stream",
+    "Streamed replies: first visible text, platform calls, final text == stored.",
+)
 for plugin in PLUGINS:
     plugin.register_commands(cli)
 add_lazy_command(

@@ -21,6 +21,7 @@ from typing import Any
 
 import discord
 
+from bots.discord_stream import DiscordStreams
 from bots.message_split import split_message
 from core.api import ChatKind, Command, Handler, Inbound, Outbound
 from core.config import DiscordConfig
@@ -111,6 +112,8 @@ class DiscordChannel:
         self._handler: Handler | None = None
         self._destinations: dict[str, Destination] = {}
         self._refused: set[int] = set()
+        self.streaming = config.streaming
+        self.streams = DiscordStreams(config.stream_interval_s)
 
     def bind(self, handler: Handler) -> discord.Client:
         """Attach the core's handler (tests then drive `self.client` without a gateway)."""
@@ -255,18 +258,33 @@ class DiscordChannel:
 
     # --- outbound --------------------------------------------------------------------
 
+    async def show_partial(self, message: Outbound) -> None:
+        """Show a reply as it grows: one message edited in place, throttled per chat
+        (`bots.discord_stream`); never raises."""
+        try:
+            destination = await self._destination(message.chat_id)
+        except Exception as exc:
+            logger.debug("no destination for a partial reply in %s: %s", message.chat_id, exc)
+            return
+        stream = self.streams.open_stream(message, _reference(destination, message))
+        await self.streams.show(destination, stream, message.text)
+
     async def send(self, message: Outbound) -> None:
-        """Deliver a reply in parts of at most 2,000 characters; in guilds the first replies."""
+        """Deliver a reply in parts of at most 2,000 characters; in guilds the first replies.
+        A reply shown as it grew takes its final text in the messages that showed it."""
         destination = await self._destination(message.chat_id)
-        reference = None
-        if message.reply_to.isdigit() and not isinstance(destination, discord.DMChannel):
-            partial = destination.get_partial_message(int(message.reply_to))  # type: ignore[attr-defined]
-            reference = partial.to_reference(fail_if_not_exists=False)
+        stream = self.streams.current(message)
+        if stream is not None and stream.messages:
+            await self.streams.finish(destination, stream, message.text)
+            self.streams.close(message)
+            return
+        reference = _reference(destination, message)
         for index, part in enumerate(split_message(message.text, DISCORD_LIMIT)):
             if index == 0 and reference is not None:
                 await destination.send(part, reference=reference)
             else:
                 await destination.send(part)
+        self.streams.close(message)
 
     async def _destination(self, chat_id: str) -> Destination:
         known = self._destinations.get(chat_id)
@@ -280,6 +298,15 @@ class DiscordChannel:
             raise ValueError(f"discord channel {chat_id} cannot receive messages")
         self._destinations[chat_id] = found
         return found
+
+
+def _reference(destination: Destination, message: Outbound) -> discord.MessageReference | None:
+    """In a guild, a reply quotes the message it answers (in a DM it need not)."""
+    if not message.reply_to.isdigit() or isinstance(destination, discord.DMChannel):
+        return None
+    partial = destination.get_partial_message(int(message.reply_to))  # type: ignore[attr-defined]
+    reference: discord.MessageReference = partial.to_reference(fail_if_not_exists=False)
+    return reference
 
 
 def _guild_chat_key(channel: object) -> tuple[str, ChatKind]:

@@ -32,6 +32,7 @@ from bots.telegram_inbound import (
     strip_mention,
     to_inbound,
 )
+from bots.telegram_stream import TelegramStreams
 from bots.telegram_updates import SkippingUpdatesRequest
 from bots.telegram_webhook import NotStored, TelegramWebhook
 from core.api import Command, Handler, Inbound, Outbound, StoreFirst
@@ -70,6 +71,8 @@ class TelegramChannel:
         self._refused: set[int] = set()
         self._started = asyncio.Event()  # replies left by an earlier run wait for it
         self._background: set[asyncio.Future[object]] = set()  # a plain handler's webhook work
+        self.streaming = config.streaming
+        self.streams = TelegramStreams(config.stream_interval_s)
 
     async def run(self, handler: Handler) -> None:
         """Poll (or serve the webhook) until cancelled; then stop cleanly."""
@@ -310,6 +313,7 @@ class TelegramChannel:
                     await bot.send_chat_action(chat, ChatAction.TYPING, message_thread_id=thread_id)
                 except TelegramError as exc:
                     logger.debug("sendChatAction failed: %s", exc)
+                await self.streams.refresh_drafts(bot, chat_id)  # a draft outlives 30 s
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(done.wait(), TYPING_INTERVAL_S)
 
@@ -333,6 +337,11 @@ class TelegramChannel:
         if self._bot is None:
             raise RuntimeError("the Telegram channel is not running")
         chat_id, thread_id = chat_and_topic(message.chat_id)
+        stream = self.streams.current(message)
+        if stream is not None and not stream.drafting and stream.message_ids:
+            await self.streams.finish(self._bot, stream, message.text)  # edits in place
+            self.streams.close(message)
+            return
         quote = chat_id < 0 and message.reply_to.isdigit()
         await deliver(
             self._bot,
@@ -341,6 +350,16 @@ class TelegramChannel:
             thread_id=thread_id,
             reply_to=int(message.reply_to) if quote else None,
         )
+        self.streams.close(message)
+
+    async def show_partial(self, message: Outbound) -> None:
+        """Show a reply as it grows: a draft in a private chat, an edited message in a
+        group (`bots.telegram_stream`), throttled per chat; never raises."""
+        if self._bot is None:
+            return
+        chat_id, thread_id = chat_and_topic(message.chat_id)
+        stream = self.streams.open_stream(message, chat_id, thread_id)
+        await self.streams.show(self._bot, stream, message.text)
 
 
 def _valid_command_name(name: str) -> bool:

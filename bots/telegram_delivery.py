@@ -27,7 +27,10 @@ logger = logging.getLogger(__name__)
 
 TELEGRAM_LIMIT = 4096
 SEND_RETRIES = 3  # 429s waited out per request before the send fails
-UNLIMITED = {"sendChatAction"}
+# Straight through: "typing…" is no message in Telegram's per-group limit, and a partial
+# reply's draft or edit is throttled by `bots.telegram_stream`, which backs off a 429 itself
+# (a partial waited out and sent late is worthless).
+UNLIMITED = {"sendChatAction", "sendMessageDraft", "editMessageText"}
 
 
 class ReplyRateLimiter(AIORateLimiter):

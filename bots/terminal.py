@@ -1,7 +1,9 @@
 """The terminal channel: a local conversation on stdin/stdout.
 
 Interactive (stdin is a terminal): a prompt per message. Scripted (stdin is a pipe or
-file): one message per line, each reply printed on stdout, exit at end of input.
+file): one message per line, each reply printed on stdout, exit at end of input. With
+streaming on (`[terminal] streaming`, the default) a reply is printed as it grows; its
+final text ends the line (or, when it differs from what was printed, follows in full).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ class TerminalChannel:
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         interactive: bool | None = None,
+        streaming: bool = True,
     ) -> None:
         self.chat_id = chat_id
+        self.streaming = streaming
+        self._printed: dict[str, str] = {}  # reply_to → the partial text printed so far
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
         self.interactive = self.stdin.isatty() if interactive is None else interactive
@@ -70,9 +75,30 @@ class TerminalChannel:
         """No indicator: the terminal waits for each reply anyway."""
         yield
 
+    async def show_partial(self, message: Outbound) -> None:
+        """Print what `message` adds to the partial reply printed so far."""
+        printed = self._printed.get(message.reply_to)
+        if printed is None:
+            self._write(self._prefix, newline=False)
+            printed = ""
+        elif not message.text.startswith(printed):  # a new answer (after a tool call)
+            self._write("\n" + self._prefix, newline=False)
+            printed = ""
+        self._write(message.text[len(printed) :], newline=False)
+        self._printed[message.reply_to] = message.text
+
     async def send(self, message: Outbound) -> None:
-        prefix = "mnemo> " if self.interactive else ""
-        self._write(prefix + message.text)
+        printed = self._printed.pop(message.reply_to, None)
+        if printed is not None and message.text.startswith(printed):
+            self._write(message.text[len(printed) :])
+            return
+        if printed is not None:
+            self._write("")  # end the partial line; the final text follows whole
+        self._write(self._prefix + message.text)
+
+    @property
+    def _prefix(self) -> str:
+        return "mnemo> " if self.interactive else ""
 
     def _write(self, text: str, newline: bool = True) -> None:
         self.stdout.write(text + ("\n" if newline else ""))

@@ -11,7 +11,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from core.events import Channel, ChatKind, Handler, Inbound, Outbound, StoreFirst
+from core.events import (
+    Channel,
+    ChatKind,
+    Handler,
+    Inbound,
+    Outbound,
+    StoreFirst,
+    StreamingChannel,
+    streams,
+)
 
 __all__ = [
     "Channel",
@@ -28,10 +37,12 @@ __all__ = [
     "Outbound",
     "Service",
     "StoreFirst",
+    "StreamingChannel",
     "Tool",
     "ToolFunction",
     "TurnContext",
     "split_chat_key",
+    "streams",
 ]
 
 QUERY_CHARS = 500

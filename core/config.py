@@ -154,6 +154,7 @@ class ContextConfig(Section):
 class TerminalConfig(Section):
     enabled: bool | None = None  # None: on when stdin is a terminal
     chat_id: str = "local"
+    streaming: bool = True  # print a reply as it grows
 
 
 RENAMED_TELEGRAM_KEYS = {"webhook_listen": "listen_host", "webhook_port": "listen_port"}
@@ -181,6 +182,9 @@ class TelegramConfig(Section):
     # What this process sends at most per second (Telegram allows a bot about 30; paid
     # broadcasts up to 1000). N processes of one bot: give each its share (30 / N).
     max_messages_per_second: float = Field(default=30.0, gt=0, le=1000)
+    # Show a reply as it grows: a draft in private chats, an edited message in groups.
+    streaming: bool = True
+    stream_interval_s: float = Field(default=1.0, ge=0.2, le=60)  # per chat, drafts and edits
 
     @model_validator(mode="before")
     @classmethod
@@ -230,6 +234,9 @@ class DiscordConfig(Section):
     allowed_user_ids: list[int] = Field(default_factory=list)
     reply_in_guilds: Literal["mention", "all"] = "mention"
     command_prefix: str = "!"
+    # Show a reply as it grows: a message edited in place, at most once per interval per chat.
+    streaming: bool = True
+    stream_interval_s: float = Field(default=1.0, ge=0.2, le=60)
     # Sharding across processes: each runs `shard_ids` of `shard_count` (unset: one process,
     # no sharding). Discord sends DMs to shard 0 only.
     shard_count: int | None = Field(default=None, ge=1)

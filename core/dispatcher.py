@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
 from core.errors import LeaseLost, StorageFull
-from core.events import Channel, Inbound, Outbound
+from core.events import Channel, Inbound, Outbound, StreamingChannel, streams
 from core.store import DeliveryStore, StoredInbound, StoredReply, TurnLease
 from core.turn_lease import TurnLeases
 
@@ -53,7 +53,10 @@ class Answering(Protocol):
     def accept(self, inbound: Inbound) -> StoredInbound | None: ...
 
     async def answer(
-        self, message: StoredInbound, lease: TurnLease | None = None
+        self,
+        message: StoredInbound,
+        lease: TurnLease | None = None,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
     ) -> StoredReply | None: ...
 
 
@@ -216,12 +219,15 @@ class Dispatcher:
         chat = message.chat
         channel = self._channel(chat.channel)
         typing: AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        on_text = None
         if channel is not None and message.inbound.respond:
             typing = channel.typing(chat.external_chat_id)
+            if isinstance(channel, StreamingChannel) and streams(channel):
+                on_text = _partial_sink(channel, message.inbound)
         self._running[chat.id] = message.id
         try:
             async with typing:
-                return await self._agent.answer(message, lease)
+                return await self._agent.answer(message, lease, on_text)
         except LeaseLost:
             raise
         except Exception as exc:
@@ -321,3 +327,18 @@ class Dispatcher:
         for inbound_id, waiter in list(self._waiters.items()):
             if which(inbound_id, waiter) and not waiter.reply.done():
                 waiter.reply.set_result(None)
+
+
+def _partial_sink(channel: StreamingChannel, inbound: Inbound) -> Callable[[str], Awaitable[None]]:
+    """Where a streamed answer to `inbound` is shown as it grows. Showing is best effort:
+    a failure is logged and the turn goes on (the final reply is still sent)."""
+
+    async def show(text: str) -> None:
+        partial = Outbound(inbound.channel, inbound.chat_id, text, inbound.message_id)
+        try:
+            await channel.show_partial(partial)
+        except Exception as exc:
+            logger.warning("showing a partial reply in %s:%s failed: %s",
+                           inbound.channel, inbound.chat_id, exc)  # fmt: skip
+
+    return show

@@ -75,3 +75,25 @@ class Channel(Protocol):
     def typing(self, chat_id: str) -> AbstractAsyncContextManager[None]:
         """A "typing…" indicator in the chat while inside; never raises."""
         ...
+
+
+@runtime_checkable
+class StreamingChannel(Protocol):
+    """A channel that can show a reply as it grows (Telegram drafts or edits, the terminal).
+
+    Optional beside `Channel`: a channel without it gets whole replies. `show_partial` gets
+    the whole text so far (not a delta) each time it grew, as an `Outbound` addressed like
+    the reply; it shows what it can within the platform's limits and never raises. The
+    reply itself still comes through `send` with the final text, which replaces what was
+    shown (a draft becomes a message; an edited message takes the final text). `streaming`
+    is the channel's setting (on by default); when False it gets whole replies only.
+    """
+
+    streaming: bool
+
+    async def show_partial(self, message: Outbound) -> None: ...
+
+
+def streams(channel: object) -> bool:
+    """True when `channel` shows replies as they grow and its streaming setting is on."""
+    return isinstance(channel, StreamingChannel) and bool(channel.streaming)

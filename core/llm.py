@@ -8,9 +8,10 @@ import logging
 import random
 import re
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from core.completion import Completion as Completion  # re-exported: callers import it here
+from core.completion import ToolCall as ToolCall
 from core.config import LLMConfig
 from core.errors import (
     AnswerNotJSON,
@@ -25,6 +26,8 @@ from core.errors import (
     TemplateRejected,
     ToolsUnsupported,
 )
+from core.llm_stream import StreamAssembler, TextSink, sse_data
+from core.text import strip_think
 
 if TYPE_CHECKING:
     import httpx
@@ -78,31 +81,6 @@ _PERMANENT_HINTS = (
 )
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: str
-
-    def to_openai(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-
-
-@dataclass(frozen=True)
-class Completion:
-    content: str
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    model: str = ""
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    latency_ms: int = 0
-    finish_reason: str = ""
-
-
 class LLM(Protocol):
     """Anything that can complete a chat request."""
 
@@ -116,6 +94,21 @@ class LLM(Protocol):
         model: str | None = None,
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
+    ) -> Completion: ...
+
+
+@runtime_checkable
+class StreamingLLM(Protocol):
+    """An `LLM` that can also stream its answer (`OpenAILLM`); others answer whole."""
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+        model: str | None = None,
+        max_tokens: int | None = None,
     ) -> Completion: ...
 
 
@@ -158,6 +151,8 @@ class OpenAILLM:
         self.model = config.model
         self.base_url = config.base_url.rstrip("/")
         self._client: httpx.AsyncClient | None = None
+        self.unstreamed: set[str] = set()  # models whose server would not stream
+        self.no_usage_option: set[str] = set()  # ... nor take `stream_options`
         self._loop: asyncio.AbstractEventLoop | None = None
         self.answered = 0  # completions received since start (`mnemo chat`'s exit status)
         self.failed = 0  # requests that ended in an LLMError
@@ -186,6 +181,96 @@ class OpenAILLM:
         max_tokens: int | None = None,
         response_format: dict[str, Any] | None = None,
     ) -> Completion:
+        params = self._params(messages, tools, model, max_tokens)
+        if response_format is not None:
+            params["response_format"] = response_format
+        started = time.monotonic()
+        try:
+            body = await self._post_json("/chat/completions", params)
+            completion = _to_completion(body, int((time.monotonic() - started) * 1000))
+        except LLMError:
+            self.failed += 1
+            raise
+        self.answered += 1
+        return completion
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        on_text: TextSink,
+        model: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        """`complete()` read as the server streams it, `on_text` called with the visible
+        text each time it grows. A server that refuses to stream (an error on `stream`, or
+        a whole JSON answer) is answered whole, and for that model never asked to stream
+        again; a stream that breaks after some text ends `INTERRUPTED` with that text."""
+        name = model or self.model
+        params = self._params(messages, tools, model, max_tokens)
+        params["stream"] = True
+        if name not in self.no_usage_option:
+            params["stream_options"] = {"include_usage": True}
+        while name not in self.unstreamed:
+            try:
+                streamed = await self._read_stream(params, on_text)
+            except StreamRefused as refused:
+                whole = refused.completion is not None
+                if refused.remember and not whole and params.pop("stream_options", None):
+                    self.no_usage_option.add(name)  # some servers refuse only that option
+                    continue
+                if refused.remember:
+                    logger.warning("the model server does not stream %s (%s); answering"
+                                   " whole from now on", name, refused)  # fmt: skip
+                    self.unstreamed.add(name)
+                if refused.completion is not None:
+                    self.answered += 1
+                    return await _shown(refused.completion, on_text)
+                break
+            except LLMError:
+                self.failed += 1
+                raise
+            self.answered += 1
+            return streamed
+        completion = await self.complete(messages, tools, model=model, max_tokens=max_tokens)
+        return await _shown(completion, on_text)
+
+    async def _read_stream(self, params: dict[str, Any], on_text: TextSink) -> Completion:
+        """One streamed request; `StreamRefused` when it should be asked whole instead."""
+        import httpx
+
+        started = time.monotonic()
+        assembler = StreamAssembler()
+        url = f"{self.base_url}/chat/completions"
+        try:
+            async with self.client().stream(
+                "POST", url, json=params, timeout=self.config.timeout_s
+            ) as response:
+                await _check_streaming(response, started)
+                async for line in response.aiter_lines():
+                    data = sse_data(line)
+                    if data == "[DONE]":
+                        break
+                    if data and assembler.feed(_chunk(data)):
+                        await on_text(assembler.visible)
+        except httpx.HTTPError as exc:
+            if assembler.visible:
+                logger.warning("the model's stream broke after %d characters: %s",
+                               len(assembler.visible), exc)  # fmt: skip
+                return assembler.completion(_ms_since(started), interrupted=True)
+            raise StreamRefused(f"stream failed before any text: {exc}", remember=False) from exc
+        if not assembler.finish_reason and assembler.visible and not assembler.calls:
+            return assembler.completion(_ms_since(started), interrupted=True)
+        return assembler.completion(_ms_since(started))
+
+    def _params(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        model: str | None,
+        max_tokens: int | None,
+    ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": model or self.model,
             "messages": messages,
@@ -196,19 +281,9 @@ class OpenAILLM:
             # leave the tools out of the prompt.
             params["tools"] = tools
             params["tool_choice"] = "auto"
-        if response_format is not None:
-            params["response_format"] = response_format
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
-        started = time.monotonic()
-        try:
-            body = await self._post_json("/chat/completions", params)
-            completion = _to_completion(body, int((time.monotonic() - started) * 1000))
-        except LLMError:
-            self.failed += 1
-            raise
-        self.answered += 1
-        return completion
+        return params
 
     async def ping(self) -> str:
         """List the server's models; raise an `LLMError` if it cannot be reached."""
@@ -367,3 +442,49 @@ def _arguments(value: Any) -> str:
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class StreamRefused(LLMError):  # noqa: N818 - an internal signal, never leaves this module
+    """A streamed request the server would not (or could not) stream: ask it whole."""
+
+    def __init__(self, why: str, *, remember: bool, completion: Completion | None = None):
+        super().__init__(why)
+        self.remember = remember
+        self.completion = completion
+
+
+async def _check_streaming(response: httpx.Response, started: float) -> None:
+    """Raise what a streamed request's answer head says: an `LLMError` the turn learns
+    from, or `StreamRefused` (a refusal of `stream`, a whole JSON answer, a busy server)."""
+    if response.status_code != 200:
+        await response.aread()
+        error = status_error(response)
+        if type(error) is LLMRejected or response.status_code == 501:
+            raise StreamRefused(str(error), remember=True)
+        if response.status_code in RETRIED_STATUSES and not isinstance(error, ContextOverflow):
+            raise StreamRefused(str(error), remember=False)
+        raise error
+    if "text/event-stream" not in response.headers.get("content-type", ""):
+        await response.aread()
+        whole = _to_completion(_json_body(response), _ms_since(started))
+        raise StreamRefused("answered whole JSON", remember=True, completion=whole)
+
+
+async def _shown(completion: Completion, on_text: TextSink) -> Completion:
+    """`completion`, its text shown at once (a reply that was not streamed)."""
+    visible = strip_think(completion.content)
+    if visible:
+        await on_text(visible)
+    return completion
+
+
+def _chunk(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError:
+        logger.debug("skipping a stream chunk that is not JSON: %.80s", data)
+        return None
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +32,7 @@ from core.errors import (
 from core.extensions import Extensions
 from core.file_store import FileStore
 from core.llm import LLM, Completion, ToolCall
+from core.llm_stream import INTERRUPTED, TextSink
 from core.loop_guard import RepeatGuard
 from core.model_profile import learn, load_profile
 from core.request_plan import RequestPlan, RequestPlanner
@@ -40,7 +44,7 @@ from core.store import (
     StoredReply,
     TurnLease,
 )
-from core.text import cap_reply, clean_text
+from core.text import cap_reply, clean_text, strip_think
 from core.tool_results import keep_tool_result
 from core.tool_text import strip_tool_text
 from core.usage import complete_recorded
@@ -50,6 +54,11 @@ logger = logging.getLogger(__name__)
 USAGE_KIND = "turn"
 NO_ANSWER = "(no answer)"
 CUT_MARKER = "[reply cut: the model reached its output limit]"
+STREAM_CUT_MARKER = "… [reply cut: the model stopped answering]"
+# Where this turn's model answers are shown as they grow (None: not streamed). A context
+# variable, not an argument, so the tool loop between `answer` and the model call need
+# not carry it; each chat's turns run in their own task, so chats never share it.
+_SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -87,11 +96,23 @@ class Agent:
             return self.deliveries.receive(chat, inbound)
 
     async def answer(
-        self, message: StoredInbound, lease: TurnLease | None = None
+        self,
+        message: StoredInbound,
+        lease: TurnLease | None = None,
+        on_text: TextSink | None = None,
     ) -> StoredReply | None:
         """Take the turn of a stored message: run its command, or add it to the history and
         answer it. The reply is recorded with the turn (undelivered); None when none is
-        due. With a `lease`, every write checks it is still held (`LeaseLost` if not)."""
+        due. With a `lease`, every write checks it is still held (`LeaseLost` if not).
+        With `on_text`, the model's answers are streamed and shown there as they grow;
+        the reply recorded is still the final text only, for the channel to `send`."""
+        token = _SHOWING.set(on_text)
+        try:
+            return await self._answer(message, lease)
+        finally:
+            _SHOWING.reset(token)
+
+    async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
         inbound, chat = message.inbound, message.chat
         turn = TurnContext(chat, inbound, is_control_chat(self.config, chat), message.message_id)
         parsed = parse_command(inbound.text) if inbound.respond else None
@@ -242,6 +263,9 @@ class Agent:
                         " asking without tools", turn.chat.key, written_calls)  # fmt: skip
             answer = await self.call_model(turn, pending, tools=False)
             text, _ = strip_tool_text(answer.content)
+        text = strip_think(text)
+        if answer.finish_reason == INTERRUPTED:
+            text = f"{text} {STREAM_CUT_MARKER}" if text else STREAM_CUT_MARKER
         if answer.finish_reason == "length":
             text = await self.continue_cut(turn, pending, text)
         return cap_reply(text or NO_ANSWER, self.config.agent.max_reply_chars)
@@ -253,11 +277,14 @@ class Agent:
         as cut when the continuation is cut too (or fails)."""
         ask = [*pending, {"role": "assistant", "content": part}, dict(CONTINUE_REQUEST)]
         try:
-            more = await self.call_model(turn, ask, tools=False)
+            with _showing_after(part):
+                more = await self.call_model(turn, ask, tools=False)
         except LLMError as exc:
             logger.warning("continuing a cut reply failed in %s: %s", turn.chat.key, exc)
             return mark_cut(part)
-        text = join_parts(part, strip_tool_text(more.content)[0])
+        text = join_parts(part, strip_think(strip_tool_text(more.content)[0]))
+        if more.finish_reason == INTERRUPTED:
+            return f"{text} {STREAM_CUT_MARKER}"
         return mark_cut(text) if more.finish_reason == "length" else text
 
     async def call_model(
@@ -340,6 +367,7 @@ class Agent:
             plan.messages,
             plan.tools,
             max_tokens=plan.answer_tokens,
+            on_text=_SHOWING.get(),
         )
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
@@ -366,6 +394,24 @@ def overhead(plan: RequestPlan) -> int:
     dynamic context, the tools (when they reach the prompt), the request's own overhead."""
     tools = plan.tools if plan.tools_in_prompt else None
     return plan.parts["prefix"] + plan.parts["dynamic"] + plan.estimator.request([], tools)
+
+
+@contextmanager
+def _showing_after(shown: str) -> Iterator[None]:
+    """While inside, a streamed answer is shown after `shown` (a cut reply's continuation)."""
+    outer = _SHOWING.get()
+    if outer is None:
+        yield
+        return
+
+    async def after(text: str) -> None:
+        await outer(join_parts(shown, text))
+
+    token = _SHOWING.set(after)
+    try:
+        yield
+    finally:
+        _SHOWING.reset(token)
 
 
 def join_parts(first: str, rest: str) -> str:

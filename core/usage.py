@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import LLMError
-from core.llm import LLM, Completion
+from core.llm import LLM, Completion, StreamingLLM
+from core.llm_stream import TextSink
 from core.store import SessionStore
 
 
@@ -20,12 +21,20 @@ async def complete_recorded(
     model: str | None = None,
     max_tokens: int | None = None,
     response_format: dict[str, Any] | None = None,
+    on_text: TextSink | None = None,
 ) -> Completion:
-    """`llm.complete()`, recording the call in `llm_usage` as `kind` (turn, compaction, …)."""
+    """`llm.complete()`, recording the call in `llm_usage` as `kind` (turn, compaction, …).
+    With `on_text` (and a model client that streams) the answer is streamed, its visible
+    text handed to `on_text` as it grows."""
     try:
-        completion = await llm.complete(
-            messages, tools, model=model, max_tokens=max_tokens, response_format=response_format
-        )
+        if on_text is not None and response_format is None and isinstance(llm, StreamingLLM):
+            completion = await llm.stream(
+                messages, tools, on_text=on_text, model=model, max_tokens=max_tokens
+            )
+        else:
+            completion = await llm.complete(
+                messages, tools, model=model, max_tokens=max_tokens, response_format=response_format
+            )
     except LLMError:
         store.record_usage(chat_id, kind, model or llm.model, None, None, 0, ok=False)
         raise

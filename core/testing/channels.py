@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 from core.api import Handler, Outbound
@@ -53,3 +54,20 @@ class RecordingChannel:
     def texts(self, chat_id: str | None = None) -> list[str]:
         """The texts sent (to one chat), in order."""
         return [m.text for m in self.sent if chat_id is None or m.chat_id == chat_id]
+
+
+class StreamingRecordingChannel(RecordingChannel):
+    """A `RecordingChannel` that also takes partial replies (`StreamingChannel`):
+    `partials` keeps each text shown, with the monotonic time it was shown."""
+
+    def __init__(self, name: str = "terminal", streaming: bool = True) -> None:
+        super().__init__(name)
+        self.streaming = streaming
+        self.partials: list[tuple[float, Outbound]] = []
+
+    async def show_partial(self, message: Outbound) -> None:
+        self.partials.append((time.monotonic(), message))
+
+    def shown(self) -> list[str]:
+        """The partial texts shown, in order."""
+        return [message.text for _, message in self.partials]

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.testing.fake_stream import stream_events, write_events
 from core.testing.loopback import JsonHandler, LoopbackServer
 
 NOT_FOUND = json.dumps({"error": {"message": "not found"}})
@@ -44,6 +45,12 @@ class FakeReply:
     completion_tokens: int = 5
     raw_body: str | None = None
     finish_reason: str = ""  # default: "tool_calls" with tool calls, else "stop"
+    # Streaming (`stream: true`): the pace, a cut after that many tokens, reasoning deltas,
+    # the content's pieces as sent (default: word by word).
+    tokens_per_s: float = 0.0
+    cut_after: int | None = None
+    reasoning: str = ""
+    pieces: list[str] | None = None
 
 
 @dataclass
@@ -68,6 +75,8 @@ class ServerTraits:
     max_model_len: int | None = None  # vLLM's field in /v1/models
     ollama: OllamaTraits | None = None  # also answer /api/show and /api/ps
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
+    stream: str = "sse"  # on `stream: true`: "sse", "refuse" (400) or "json" (a whole answer)
+    no_stream_options: bool = False  # 400 on `stream_options` (older OpenAI-compatible servers)
 
     def models_body(self) -> dict[str, Any]:
         names = self.ollama_names() if self.ollama else list(self.served)
@@ -117,6 +126,10 @@ class ServerTraits:
                 "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
                 "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"
             )
+        if self.no_stream_options and "stream_options" in request:
+            return 400, "Unrecognized request argument supplied: stream_options"
+        if self.stream == "refuse" and request.get("stream"):
+            return 400, "streaming is not supported by this server"
         if self.n_ctx is not None:
             prompt = prompt_tokens_of(request, self.tools_dropped)
             completion = int(request.get("max_tokens") or 16)
@@ -167,6 +180,7 @@ class FakeOpenAIServer(LoopbackServer):
         self.traits = traits or ServerTraits()
         self.refused: list[tuple[int, str]] = []
         self.requests: list[dict[str, Any]] = []
+        self.token_times: list[list[float]] = []  # per streamed answer: when each token went
         self._lock = threading.Lock()
         super().__init__(self._handler_class())
 
@@ -194,7 +208,26 @@ class FakeOpenAIServer(LoopbackServer):
 
             def do_POST(self) -> None:
                 request = json.loads(self.read_body() or b"{}")
-                self.send_json(*server.answer_post(self.path.rstrip("/"), request))
+                answer = server.answer_post(self.path.rstrip("/"), request)
+                if isinstance(answer, FakeReply):
+                    self.send_stream(request, answer)
+                else:
+                    self.send_json(*answer)
+
+            def send_stream(self, request: dict[str, Any], reply: FakeReply) -> None:
+                prompt = reply.prompt_tokens
+                if prompt is None:
+                    prompt = prompt_tokens_of(request, server.traits.tools_dropped)
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    events = stream_events(request, reply, prompt)
+                    times: list[float] = []
+                    server.token_times.append(times)
+                    write_events(self.wfile, events, reply.tokens_per_s, reply.cut_after, times)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading
 
         return Handler
 
@@ -214,9 +247,10 @@ class FakeOpenAIServer(LoopbackServer):
             return 200, json.dumps(traits.ollama_tags())
         return 404, NOT_FOUND
 
-    def answer_post(self, path: str, request: dict[str, Any]) -> tuple[int, str]:
+    def answer_post(self, path: str, request: dict[str, Any]) -> tuple[int, str] | FakeReply:
         """(status, JSON body) for a POST: a chat completion (the next scripted reply, or
-        the refusal the server's traits call for), or Ollama's /api/show."""
+        the refusal the server's traits call for), or Ollama's /api/show; the reply itself
+        when it is to be streamed."""
         if path == "/api/show" and self.traits.ollama:
             status, shown = self.traits.ollama_show(str(request.get("model", "")))
             return status, json.dumps(shown)
@@ -242,6 +276,8 @@ class FakeOpenAIServer(LoopbackServer):
         if reply.status != 200:
             error = {"message": reply.error or "fake error", "type": "fake", "code": None}
             return reply.status, json.dumps({"error": error})
+        if request.get("stream") and self.traits.stream == "sse":
+            return reply
         return 200, json.dumps(completion_body(request, reply, self.traits.tools_dropped))
 
 

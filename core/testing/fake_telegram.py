@@ -48,6 +48,7 @@ WEBHOOK_CONFLICT = (
 class Call:
     method: str
     params: dict[str, Any]
+    at: float = 0.0  # time.monotonic() when it arrived
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class FakeTelegramServer(LoopbackServer):
 
     def answer(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._changed:
-            self.calls.append(Call(method, params))
+            self.calls.append(Call(method, params, time.monotonic()))
             self._changed.notify_all()
             failures = self._failures.get(method)
             failure = failures.pop(0) if failures else None
@@ -209,6 +210,12 @@ class FakeTelegramServer(LoopbackServer):
             return 200, {"ok": True, "result": True}
         if method == "sendMessage":
             return self._send_message(params)
+        if method == "sendMessageDraft":
+            return self._send_draft(params)
+        if method == "editMessageText":
+            return self._edit_message(params)
+        if method == "deleteMessage":
+            return self._delete_message(params)
         return 404, _error(404, "Not Found: method not found")
 
     def _me(self) -> dict[str, Any]:
@@ -348,6 +355,42 @@ class FakeTelegramServer(LoopbackServer):
             self.delivered.append(message)
             self._changed.notify_all()
         return 200, {"ok": True, "result": message}
+
+    def _send_draft(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A draft: private chats only, a non-zero draft id, 1-4,096 characters."""
+        text = str(params.get("text", ""))
+        if int(params["chat_id"]) < 0:
+            return 400, _error(400, "Bad Request: drafts can be sent only to private chats")
+        if not int(params.get("draft_id") or 0):
+            return 400, _error(400, "Bad Request: draft_id must be non-zero")
+        if not text.strip() or len(text.encode("utf-16-le")) // 2 > 4096:
+            return 400, _error(400, "Bad Request: text must be 1-4096 characters")
+        return 200, {"ok": True, "result": True}
+
+    def _edit_message(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Edit a delivered message's text (what `delivered` holds changes with it)."""
+        text = str(params.get("text", ""))
+        if not text.strip() or len(text.encode("utf-16-le")) // 2 > 4096:
+            return 400, _error(400, "Bad Request: message text is empty or too long")
+        with self._changed:
+            found = [m for m in self.delivered if m["message_id"] == int(params["message_id"])]
+            if not found or found[0]["chat"]["id"] != int(params["chat_id"]):
+                return 400, _error(400, "Bad Request: message to edit not found")
+            if found[0]["text"] == text:
+                return 400, _error(400, "Bad Request: message is not modified")
+            found[0]["text"] = text
+            self._changed.notify_all()
+            return 200, {"ok": True, "result": dict(found[0])}
+
+    def _delete_message(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._changed:
+            before = len(self.delivered)
+            self.delivered = [
+                m for m in self.delivered if m["message_id"] != int(params["message_id"])
+            ]
+            if len(self.delivered) == before:
+                return 400, _error(400, "Bad Request: message to delete not found")
+        return 200, {"ok": True, "result": True}
 
     def _handler_class(self) -> type[JsonHandler]:
         server = self

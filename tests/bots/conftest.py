@@ -26,7 +26,10 @@ def tg() -> Iterator[FakeTelegramServer]:
 def tg_runtime(
     tmp_path: Path, fake_llm: FakeOpenAIServer, tg: FakeTelegramServer
 ) -> Iterator[Runtime]:
-    telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url}
+    # Whole replies: these tests read what sendMessage carried; streaming has its own tests
+    # (tests/bots/test_telegram_stream.py), which switch it on.
+    telegram = {"token": "123:TEST", "api_base_url": tg.base_url, "api_file_url": tg.file_url,
+                "streaming": False}  # fmt: skip
     runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
     runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=FAST_RETRIES)
     yield runtime

@@ -29,6 +29,7 @@ BENCHES = {
     "scale",
     "skills",
     "startup",
+    "stream",
     "tools",
     "web",
 }

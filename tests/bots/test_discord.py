@@ -44,7 +44,9 @@ def sent_messages() -> list[discord.Message]:
 
 @pytest.fixture
 async def dc_runtime(tmp_path: Path, fake_llm: FakeOpenAIServer) -> AsyncIterator[Runtime]:
-    config = make_config(tmp_path / "data", fake_llm.base_url, discord={"token": "unused"})
+    # Whole replies here (these tests read the messages sent); streaming: its own test below.
+    discord_section = {"token": "unused", "streaming": False}
+    config = make_config(tmp_path / "data", fake_llm.base_url, discord=discord_section)
     runtime = build_runtime(config)
     await runtime.start()
     yield runtime
@@ -210,3 +212,19 @@ def test_a_shard_outside_the_count_is_refused_by_name(dc_runtime: Runtime) -> No
     config.shard_count = 2
     with pytest.raises(ValueError, match=r"shard_ids[\s\S]*\[2\] not in 0\.\.1"):
         config.shard_ids = [0, 2]
+
+
+async def test_a_streamed_reply_is_one_message_edited_to_the_final_text(
+    harness: Harness, fake_llm: FakeOpenAIServer
+) -> None:
+    harness.channel.streaming = True
+    words = " ".join(f"word{i}" for i in range(20))
+    fake_llm.add(FakeReply(content=words, tokens_per_s=40))
+    alice = harness.config.members[0]
+    dm = await alice.create_dm()
+    await dpytest.message("count", channel=dm, member=alice)
+    [first] = sent_messages()  # one message, then edits
+    assert words.startswith(first.content) and first.content != words
+    [latest] = [message async for message in dm.history(limit=1)]
+    assert latest.id == first.id and latest.content == words
+    assert harness.stored(str(dm.id))[-1][2] == words

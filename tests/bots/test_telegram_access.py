@@ -30,6 +30,7 @@ def tg_runtime(
         "api_base_url": tg.base_url,
         "api_file_url": tg.file_url,
         "allowed_user_ids": [101],
+        "streaming": False,  # these tests read what sendMessage carried
     }
     runtime = build_runtime(make_config(tmp_path / "data", fake_llm.base_url, telegram=telegram))
     yield runtime
