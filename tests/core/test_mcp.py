@@ -284,7 +284,7 @@ async def test_a_server_that_never_answers_blocks_neither_start_nor_a_turn(
     try:
         started = time.monotonic()
         assert await ask(runtime, "hello") == "answered anyway"
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 20  # the mute server sleeps 60 s
         assert "mute__" not in json.dumps(fake_llm.requests[0].get("tools"))
         assert "MCP server mute is starting" in json.dumps(fake_llm.requests[0]["messages"])
         result = tool_results(fake_llm.requests[1])["c1"]
