@@ -2,7 +2,7 @@
 
 Paths are relative to the data dir and use `/` (`telegram/42/tool-results/…txt`). On SQLite
 (one machine) they are real files under `[storage] data_dir`, so an operator can read and
-edit them; on PostgreSQL they are rows of `stored_files` (core/pg_file_store.py), so a bot
+edit them; on PostgreSQL they are rows of `stored_files` (`DatabaseFileStore`), so a bot
 process on any machine reads the same memory. `mnemo chat export` still writes Markdown.
 """
 
@@ -13,6 +13,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from core.database import Database
 from core.errors import InputError
 
 
@@ -124,3 +125,47 @@ class DirectoryFileStore:
 def _remove_if_empty(directory: Path) -> None:
     with contextlib.suppress(OSError):
         directory.rmdir()
+
+
+class DatabaseFileStore:
+    """Files as rows of `stored_files` (the PostgreSQL deployment: seen by every machine)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def read_text(self, path: str) -> str | None:
+        row = self.db.read_one("SELECT content FROM stored_files WHERE path = ?", (clean_path(path),))
+        return None if row is None else str(row[0])
+
+    def read_texts(self, paths: list[str]) -> dict[str, str]:
+        if not paths:
+            return {}
+        in_paths, params = self.db.dialect.in_values("path", [clean_path(path) for path in paths])
+        rows = self.db.read(f"SELECT path, content FROM stored_files WHERE {in_paths}", params)
+        return {str(path): str(content) for path, content in rows}
+
+    def write_text(self, path: str, text: str) -> None:
+        self.db.write(
+            "INSERT INTO stored_files (path, content) VALUES (?, ?) ON CONFLICT (path)"
+            " DO UPDATE SET content = excluded.content, updated_at = mnemo_now()",
+            (clean_path(path), text),
+        )
+
+    def delete(self, path: str) -> bool:
+        return self.db.write("DELETE FROM stored_files WHERE path = ?", (clean_path(path),)) > 0
+
+    def delete_tree(self, prefix: str) -> int:
+        return self.db.write(
+            "DELETE FROM stored_files WHERE substr(path, 1, length(?)) = ?",
+            (clean_prefix(prefix),) * 2,
+        )
+
+    def list(self, prefix: str) -> list[str]:
+        rows = self.db.read(
+            "SELECT path FROM stored_files WHERE substr(path, 1, length(?)) = ? ORDER BY path",
+            (clean_prefix(prefix),) * 2,
+        )
+        return [str(row[0]) for row in rows]
+
+    def location(self, path: str) -> str:
+        return f"{self.db.dialect.engine}:{clean_path(path)}"

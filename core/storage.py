@@ -2,16 +2,17 @@
 
 `[storage] url` unset or `sqlite:///…`: one SQLite file (`core.db`), the default for one
 machine. `postgresql://…`: a PostgreSQL pool (`core.pg_db`) that bot processes and reflector
-workers on many machines share. Each package builds its own stores from a `Storage`
-(`core.stores`, `memory.stores`, `reflector.stores`), so the engine is chosen once, here.
+workers on many machines share. Every store sits on `Storage.database` (`core.database`), so
+the engine is chosen once, here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from core.config import StorageConfig
+from core.database import Database, PostgresDatabase, SqliteDatabase
 from core.db import Connection, connect
 from core.errors import StorageError
 from core.pg_db import PgDatabase
@@ -23,6 +24,13 @@ class Storage:
 
     sqlite: Connection | None = None
     postgres: PgDatabase | None = None
+    database: Database = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.postgres is not None:
+            self.database = PostgresDatabase(self.postgres)
+        else:
+            self.database = SqliteDatabase(self.sqlite_conn)
 
     @property
     def engine(self) -> Literal["sqlite", "postgresql"]:
@@ -43,11 +51,7 @@ class Storage:
 
     def describe(self) -> str:
         """One line for logs and `mnemo doctor`."""
-        if self.postgres is not None:
-            info = self.postgres.info
-            return f"{info.display_url} (PostgreSQL {info.server_version})"
-        info_sqlite = self.sqlite_conn.info
-        return f"{info_sqlite.path} (SQLite {info_sqlite.sqlite_version})"
+        return self.database.describe()
 
     def close(self) -> None:
         if self.postgres is not None:

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from memory.embeddings import Embedder
 from memory.index_store import embedding_text
 from memory.retrieval import rank_memories
@@ -158,7 +159,7 @@ def evaluate_sample(
     """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
     conn = connect(db_path)
     try:
-        chat = SqliteSessionStore(conn).get_or_create_chat("locomo", str(sample["sample_id"]))
+        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("locomo", str(sample["sample_id"]))
         store = SqliteMemoryStore(conn, embedder)
         items = observation_items(sample) if use_observations else turn_items(sample)
         vectors: list[list[float] | None] = (

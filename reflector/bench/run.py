@@ -21,7 +21,8 @@ from core.config import Config, load_config
 from core.db import connect
 from core.errors import MnemoError
 from core.llm import OpenAILLM
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from core.store import NewMessage, SessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.sqlite_store import SqliteMemoryStore
@@ -141,7 +142,7 @@ async def run_bench(
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAIServer(_fact_responder()) as server:
         config = _config(Path(tmp), server.base_url)
         conn = connect(config.storage.database_path)
-        store = SqliteSessionStore(conn)
+        store = DatabaseSessionStore(SqliteDatabase(conn))
         memories = None if embed else SqliteMemoryStore(conn, None)
         reflector = sqlite_reflector(config, conn, OpenAILLM(config.llm), memories=memories)
         chats = {

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from memory import index_store, keyword_cache, pg_index_store, posting_lists
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists
 from memory.posting_lists import PostingLists, memory_stems, query_terms
@@ -28,7 +29,7 @@ QUERIES = ["garden roses", "red tulips bloom", "water", "street kitchen", "sun t
 
 
 def chat(conn: Connection, name: str) -> int:
-    return SqliteSessionStore(conn).get_or_create_chat("test", name).id
+    return DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", name).id
 
 
 def fts5_scores(conn: Connection, query: str) -> dict[int, float]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
@@ -114,7 +115,7 @@ def test_fallback_to_keywords_without_sqlite_vec(
     conn = connect(tmp_path / "novec.db", load_vec=False)
     assert not conn.info.vec_loaded
     ids = corpus(Engine(Storage(sqlite=conn)), embedder)  # stored without vectors, no failure
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
     assert effective_mode(SqliteMemoryStore(conn, embedder), "hybrid") == "bm25"
     with caplog.at_level(logging.WARNING, logger="memory.rank"):
         first = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What car do I drive?", 3)
@@ -167,7 +168,7 @@ def test_fallback_when_the_model_cannot_load(
     assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
     conn = connect(tmp_path / "m.db")
     ids = corpus(Engine(Storage(sqlite=conn)), None)
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
     assert effective_mode(SqliteMemoryStore(conn), "knn") == "bm25"
     ranked = rank_memories(
         SqliteMemoryStore(conn), chat_id, "Which food am I allergic to?", 2, mode="knn"

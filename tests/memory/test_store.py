@@ -11,7 +11,8 @@ import pytest
 
 from core.db import Connection, connect
 from core.errors import InputError
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from memory import index_store
 from memory.embeddings import Embedder
 from memory.retrieval import effective_mode, rank_memories
@@ -43,13 +44,13 @@ class HashEmbedder:
 
 
 def chat(conn: Connection, name: str) -> int:
-    return SqliteSessionStore(conn).get_or_create_chat("test", name).id
+    return DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", name).id
 
 
 def test_migration_upgrades_an_old_database_with_rows(tmp_path: Path) -> None:
     old = connect(tmp_path / "old.db", migrate=False)
     migrate(old, upto=1)
-    chat_id = SqliteSessionStore(old).get_or_create_chat("telegram", "1").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(old)).get_or_create_chat("telegram", "1").id
     old.close()
     upgraded = connect(tmp_path / "old.db")
     store = SqliteMemoryStore(upgraded)

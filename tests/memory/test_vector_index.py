@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from memory import index_store, pg_index_store
 from memory.retrieval import effective_mode, rank_memories
@@ -97,7 +98,7 @@ def test_an_old_layout_is_rebuilt_never_queried(
     conn: Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     embedder = HashEmbedder()
-    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", "a").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", "a").id
     ids = old_layout(conn, chat_id, embedder)
     assert not index_store.vector_index_ready(conn, embedder.model_name, embedder.dim)
     assert (

@@ -5,7 +5,8 @@ from __future__ import annotations
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
+from core.database import SqliteDatabase
+from core.session_store import DatabaseSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.strategies.lifecycle import ARCHIVED, PROMOTED, SHADOW
 from memory.strategies.sqlite_store import SqliteStrategyStore
@@ -13,7 +14,7 @@ from reflector.curation import apply_operations, existing_block, parse_operation
 
 
 def chats(conn: Connection) -> tuple[int, int]:
-    store = SqliteSessionStore(conn)
+    store = DatabaseSessionStore(SqliteDatabase(conn))
     return store.get_or_create_chat("t", "a").id, store.get_or_create_chat("t", "b").id
 
 
