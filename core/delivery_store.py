@@ -121,7 +121,9 @@ class DatabaseDeliveryStore:
         return [int(row[0]) for row in rows]
 
     def delivery_totals(self, channel: str | None = None) -> DeliveryTotals:
-        scope = "JOIN chats c ON c.id = chat_id WHERE c.channel = coalesce(CAST(? AS TEXT), c.channel)"
+        scope = (
+            "JOIN chats c ON c.id = chat_id WHERE c.channel = coalesce(CAST(? AS TEXT), c.channel)"
+        )
         row = self.db.read_one(  # both tables in one round trip
             "SELECT * FROM (SELECT count(*), count(*) FILTER (WHERE state = 'pending'),"
             " count(*) FILTER (WHERE state = 'answered'),"
@@ -166,8 +168,7 @@ class DatabaseDeliveryStore:
         # FOR SHARE (PostgreSQL): inside the turn's transaction, a takeover waits until it
         # has committed. SQLite's writer lock already holds every other writer off.
         row = self.db.read_one(
-            "SELECT 1 FROM turn_leases WHERE chat_id = ? AND owner = ?"
-            + self.db.dialect.for_share,
+            "SELECT 1 FROM turn_leases WHERE chat_id = ? AND owner = ?" + self.db.dialect.for_share,
             (lease.chat_id, lease.owner),
         )
         return row is not None

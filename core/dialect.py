@@ -24,8 +24,12 @@ class Dialect:
     engine: Engine
     # A statement is a network round trip (cache slow-changing reads, batch writes).
     remote: bool
-    # Row locks that hold off a concurrent writer until this transaction commits.
+    # Row locks (`FOR UPDATE … SKIP LOCKED`, advisory locks) for writers on many machines;
+    # without them (SQLite) `BEGIN IMMEDIATE` already makes every other writer wait.
+    row_locks: bool
+    # Suffixes of a `SELECT` that lock its rows until this transaction ends ('' on SQLite).
     for_share: str
+    for_update: str
 
     def in_values(self, column: str, values: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
         """`column` is one of `values`: the condition and its parameters (an array bound as
@@ -36,8 +40,14 @@ class Dialect:
         return f"{column} IN ({marks})", tuple(values)
 
 
-SQLITE = Dialect(engine="sqlite", remote=False, for_share="")
-POSTGRESQL = Dialect(engine="postgresql", remote=True, for_share=" FOR SHARE")
+SQLITE = Dialect(engine="sqlite", remote=False, row_locks=False, for_share="", for_update="")
+POSTGRESQL = Dialect(
+    engine="postgresql",
+    remote=True,
+    row_locks=True,
+    for_share=" FOR SHARE",
+    for_update=" FOR UPDATE",
+)
 
 
 @lru_cache(maxsize=4096)

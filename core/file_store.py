@@ -134,7 +134,9 @@ class DatabaseFileStore:
         self.db = db
 
     def read_text(self, path: str) -> str | None:
-        row = self.db.read_one("SELECT content FROM stored_files WHERE path = ?", (clean_path(path),))
+        row = self.db.read_one(
+            "SELECT content FROM stored_files WHERE path = ?", (clean_path(path),)
+        )
         return None if row is None else str(row[0])
 
     def read_texts(self, paths: list[str]) -> dict[str, str]:

@@ -143,8 +143,7 @@ class DatabaseSessionStore:
             )
         else:
             rows = self.db.read(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ?"
-                " ORDER BY id",
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ? ORDER BY id",
                 (chat_id, after_id),
             )
         return [_message(row) for row in rows]
@@ -179,7 +178,9 @@ class DatabaseSessionStore:
     # -- sessions and compactions ------------------------------------------------------
 
     def session(self, chat_id: int) -> Session:
-        row = self.db.read_one(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE chat_id = ?", (chat_id,))
+        row = self.db.read_one(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE chat_id = ?", (chat_id,)
+        )
         if row is None:
             row = self.db.read_one(
                 "INSERT INTO sessions (chat_id) VALUES (?) ON CONFLICT (chat_id)"

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config
+from core.database import PostgresDatabase
 from core.db import Connection, connect
 from core.errors import StorageError
-from core.database import PostgresDatabase
 from core.file_store import DatabaseFileStore, DirectoryFileStore
 from core.pg_db import PgDatabase
 from core.storage_copy_store import (

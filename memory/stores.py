@@ -30,13 +30,9 @@ def memory_store(storage: Storage, embedder: Embedder | None = None) -> MemorySt
 
 def strategy_store(storage: Storage, clock: Clock | None = None) -> StrategyStore:
     """Learned strategies; `clock` (tests, benchmarks) stands in for the time of day."""
-    if storage.postgres is not None:
-        from memory.strategies.pg_store import PgStrategyStore
+    from memory.strategies.strategy_store import DatabaseStrategyStore
 
-        return PgStrategyStore(storage.postgres, clock or utc_now)
-    from memory.strategies.sqlite_store import SqliteStrategyStore
-
-    return SqliteStrategyStore(storage.sqlite_conn, clock or utc_now)
+    return DatabaseStrategyStore(storage.database, clock or utc_now)
 
 
 def file_memory(storage: Storage, data_dir: Path) -> FileMemory:

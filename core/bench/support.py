@@ -15,9 +15,9 @@ from core.api import Extension
 from core.assembly import build_agent
 from core.builtins import CoreExtension
 from core.config import Config, load_config
+from core.database import SqliteDatabase
 from core.db import Connection, connect
 from core.llm import OpenAILLM
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 from core.storage import sqlite_storage
 from core.summary import is_summary_request

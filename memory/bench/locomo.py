@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.db import connect
 from core.database import SqliteDatabase
+from core.db import connect
 from core.session_store import DatabaseSessionStore
 from memory.embeddings import Embedder
 from memory.index_store import embedding_text
@@ -159,7 +159,9 @@ def evaluate_sample(
     """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
     conn = connect(db_path)
     try:
-        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("locomo", str(sample["sample_id"]))
+        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
+            "locomo", str(sample["sample_id"])
+        )
         store = SqliteMemoryStore(conn, embedder)
         items = observation_items(sample) if use_observations else turn_items(sample)
         vectors: list[list[float] | None] = (

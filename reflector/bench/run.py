@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config, load_config
+from core.database import SqliteDatabase
 from core.db import connect
 from core.errors import MnemoError
 from core.llm import OpenAILLM
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 from core.store import NewMessage, SessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import connect
 from core.delivery_store import DatabaseDeliveryStore
 from core.store import DeliveryTotals

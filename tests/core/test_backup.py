@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from core.data_cli import PG_BACKUP
-from core.db import connect, open_copy
 from core.database import SqliteDatabase
+from core.db import connect, open_copy
 from core.session_store import DatabaseSessionStore
 from core.store import NewMessage
 from core.testing.fake_openai import FakeOpenAIServer

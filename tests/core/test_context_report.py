@@ -90,7 +90,7 @@ def test_inspect_cli_json_and_unknown_chat(tmp_path: Path, fake_llm: FakeOpenAIS
     conn = connect(tmp_path / "data" / "mnemo.db")
     try:
         from core.database import SqliteDatabase
-from core.session_store import DatabaseSessionStore
+        from core.session_store import DatabaseSessionStore
         from core.store import NewMessage
 
         store = DatabaseSessionStore(SqliteDatabase(conn))

@@ -20,10 +20,10 @@ import pytest
 
 from core.api import Inbound, Outbound
 from core.config import StorageConfig
-from core.db import connect
-from core.errors import LeaseLost
-from core.delivery_store import DatabaseDeliveryStore
 from core.database import SqliteDatabase
+from core.db import connect
+from core.delivery_store import DatabaseDeliveryStore
+from core.errors import LeaseLost
 from core.session_store import DatabaseSessionStore
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, NewMessage, SessionStore
@@ -198,7 +198,9 @@ def test_an_upgraded_database_has_nothing_to_answer_again(tmp_path: Path) -> Non
     old = connect(tmp_path / "old.db", migrate=False)
     migrate(old, upto=10)
     chat = DatabaseSessionStore(SqliteDatabase(old)).get_or_create_chat("telegram", "5")
-    DatabaseSessionStore(SqliteDatabase(old)).append(chat.id, [NewMessage("user", "an old question")])
+    DatabaseSessionStore(SqliteDatabase(old)).append(
+        chat.id, [NewMessage("user", "an old question")]
+    )
     old.close()
     upgraded = connect(tmp_path / "old.db")
     try:

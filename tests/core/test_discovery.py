@@ -8,12 +8,12 @@ import httpx
 import pytest
 
 from core.config import LLMConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.discovery import discover, server_root
 from core.llm import OpenAILLM
 from core.model_profile import load_profile, window_for
 from core.probes import model_checks
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
 from tests.conftest import make_config
@@ -87,7 +87,9 @@ async def test_the_runtime_asks_at_start(tmp_path: Path) -> None:
             runtime.close()
 
 
-async def _checks(traits: ServerTraits, store: DatabaseSessionStore, **llm: object) -> dict[str, str]:
+async def _checks(
+    traits: ServerTraits, store: DatabaseSessionStore, **llm: object
+) -> dict[str, str]:
     with FakeOpenAIServer(traits=traits) as server:
         config = LLMConfig(base_url=server.base_url, model="fake-model", max_retries=0)
         for key, value in llm.items():

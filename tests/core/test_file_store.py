@@ -15,9 +15,7 @@ from core.storage import open_storage
 
 
 @pytest.fixture(params=["directory", "database"])
-def files(
-    request: pytest.FixtureRequest, tmp_path: Path, storage_url: str
-) -> Iterator[FileStore]:
+def files(request: pytest.FixtureRequest, tmp_path: Path, storage_url: str) -> Iterator[FileStore]:
     """Files under a directory, and as rows of `stored_files` on each engine."""
     if request.param == "directory":
         if storage_url.startswith("postgresql"):

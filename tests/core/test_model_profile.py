@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.config import LLMConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.model_profile import (
     DEFAULT_WINDOW,
@@ -18,7 +19,6 @@ from core.model_profile import (
     server_disagrees,
     tools_enabled,
 )
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 
 

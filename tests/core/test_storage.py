@@ -10,10 +10,10 @@ import pytest
 
 from core.api import Chat
 from core.config import StorageConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.model_profile import ModelProfile
 from core.pg_db import PgDatabase
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 from core.storage import Storage, open_storage
 from core.store import CompactionRecord, NewMessage

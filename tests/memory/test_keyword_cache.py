@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from core.db import Connection
 from core.database import SqliteDatabase
+from core.db import Connection
 from core.session_store import DatabaseSessionStore
 from memory import index_store, keyword_cache, pg_index_store, posting_lists
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists

@@ -12,20 +12,20 @@ from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.embeddings import Embedder
 from memory.keeper import MemoryKeeper
 from memory.sqlite_store import SqliteMemoryStore
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.strategy_store import DatabaseStrategyStore
 from tests.conftest import run_mnemo, write_config
 
 
-def promoted_strategy(runtime: Runtime, chat_key: str) -> tuple[SqliteStrategyStore, int]:
+def promoted_strategy(runtime: Runtime, chat_key: str) -> tuple[DatabaseStrategyStore, int]:
     chat = runtime.store.get_or_create_chat("terminal", chat_key)
-    store = SqliteStrategyStore(runtime.conn)
+    store = DatabaseStrategyStore(runtime.storage.database)
     strategy_id = store.add(chat.id, "format", "Numbered steps work better for this user")
     store.tag(strategy_id, "helpful")
     store.tag(strategy_id, "helpful")
     return store, strategy_id
 
 
-def last_used(store: SqliteStrategyStore, strategy_id: int) -> str:
+def last_used(store: DatabaseStrategyStore, strategy_id: int) -> str:
     strategy = store.get(strategy_id)
     assert strategy is not None
     return strategy.last_used_at

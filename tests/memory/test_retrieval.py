@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.db import connect
 from core.database import SqliteDatabase
+from core.db import connect
 from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from memory import retrieval

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import Connection, connect
 from core.errors import InputError
-from core.database import SqliteDatabase
 from core.session_store import DatabaseSessionStore
 from memory import index_store
 from memory.embeddings import Embedder

@@ -7,8 +7,8 @@ import logging
 import numpy as np
 import pytest
 
-from core.db import Connection
 from core.database import SqliteDatabase
+from core.db import Connection
 from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from memory import index_store, pg_index_store

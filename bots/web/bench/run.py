@@ -140,8 +140,9 @@ def _seed(
     parts: _Parts, messages: int, memories: int, chats: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     from bots.web.bench import seed_store
+    from core.database import SqliteDatabase
     from core.store import CompactionRecord
-    from memory.strategies.sqlite_store import SqliteStrategyStore
+    from memory.strategies.strategy_store import DatabaseStrategyStore
 
     rng, now = random.Random(18), datetime.now(UTC)
     keeper = parts.web.dashboard().keeper
@@ -171,7 +172,7 @@ def _seed(
         _history_shape(parts, chat.id, size, stamps, CompactionRecord, rng)
     progress("memories (with vectors) …")
     _memories(keeper, chat_ids, memory_sizes, rng, now)
-    strategies = SqliteStrategyStore(parts.conn)
+    strategies = DatabaseStrategyStore(SqliteDatabase(parts.conn))
     for chat_id in chat_ids[:20]:
         for i in range(5):
             sid = strategies.add(chat_id, "style", f"Answer plan {i}: short numbered steps")

@@ -3,7 +3,7 @@ dashboard app, and an HTTP client that speaks to the app as a browser would.
 
 The runtime is on SQLite unless a test asks for both engines with `ON_BOTH_ENGINES` (a
 module's `pytestmark`, or one test's mark): then it runs once on SQLite and once on a fresh
-PostgreSQL database, with the dashboard reading through `PgDashboardStore`."""
+PostgreSQL database, with the dashboard reading through the same `DatabaseDashboardStore`."""
 
 from __future__ import annotations
 
