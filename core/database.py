@@ -89,19 +89,29 @@ class SqliteDatabase:
         self.conn = conn  # SQLite-only tools (backup, vector index) use it directly
 
     def read(self, sql: str, params: Params = ()) -> list[Row]:
-        with _full_disk():
+        try:
             rows: list[Row] = self.conn.execute(sqlite_sql(sql), params).fetchall()
+        except DatabaseError as exc:
+            _raise_if_full(exc)
+            raise
         return rows
 
     def read_one(self, sql: str, params: Params = ()) -> Row | None:
         # Every row fetched: a write's `RETURNING` statement is done (and, outside a
         # transaction, committed) only once its rows are read to the end.
-        rows = self.read(sql, params)
+        try:
+            rows: list[Row] = self.conn.execute(sqlite_sql(sql), params).fetchall()
+        except DatabaseError as exc:
+            _raise_if_full(exc)
+            raise
         return rows[0] if rows else None
 
     def write(self, sql: str, params: Params = ()) -> int:
-        with _full_disk():
+        try:
             return int(self.conn.execute(sqlite_sql(sql), params).rowcount)
+        except DatabaseError as exc:
+            _raise_if_full(exc)
+            raise
 
     def write_many(self, sql: str, rows: Sequence[Params]) -> None:
         with self.transaction():
@@ -188,12 +198,7 @@ def _no_value(inner: AbstractContextManager[Any]) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def _full_disk() -> Iterator[None]:
+def _raise_if_full(exc: DatabaseError) -> None:
     """SQLite's "database or disk is full" as `StorageFull`, also outside a transaction."""
-    try:
-        yield
-    except DatabaseError as exc:
-        if is_full(exc):
-            raise StorageFull(f"the database or disk is full: {exc}") from exc
-        raise
+    if is_full(exc):
+        raise StorageFull(f"the database or disk is full: {exc}") from exc
