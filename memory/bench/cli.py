@@ -288,7 +288,7 @@ def _pgvector_knn(
 ) -> dict[str, dict[str, float]]:
     """pgvector KNN in the server (query embedding excluded): exact, then with an HNSW index
     (iterative scans on), and the HNSW result's recall@10 against the exact one."""
-    from memory import pg_index_store
+    from memory import pg_index
 
     asked = [embedder.embed_query(synthetic_query(rng)) for _ in range(queries)]
     exact: list[list[int]] = []
@@ -296,30 +296,30 @@ def _pgvector_knn(
 
     def knn(into: list[list[int]], vector: list[float]) -> None:
         with storage.pg.connection() as conn:
-            near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+            near = pg_index.nearest(conn, [chat_id, 0], vector, 10, True)
         into.append([memory_id for memory_id, _ in near])
 
     figures = {"(pgvector KNN, exact)": _timed_vectors(asked, partial(knn, exact), gap)}
     with storage.pg.connection() as conn:
         started = time.perf_counter()
-        pg_index_store.set_hnsw_index(conn, True)
+        pg_index.set_hnsw_index(conn, True)
         built_s = time.perf_counter() - started
     with storage.pg.connection() as conn:  # iterative scans are a session setting: per query
-        pg_index_store.set_hnsw_index(conn, True)
+        pg_index.set_hnsw_index(conn, True)
         timed = _timed_vectors(asked, partial(_knn_on, conn, chat_id, found), gap)
     recall = sum(len(set(a) & set(b)) for a, b in zip(exact, found, strict=True))
     timed["recall_at_10"] = round(recall / max(1, sum(len(a) for a in exact)), 3)
     timed["index_build_s"] = round(built_s, 1)
     figures["(pgvector KNN, HNSW + iterative scan)"] = timed
     with storage.pg.connection() as conn:
-        pg_index_store.set_hnsw_index(conn, False)
+        pg_index.set_hnsw_index(conn, False)
     return figures
 
 
 def _knn_on(conn: Any, chat_id: int, into: list[list[int]], vector: list[float]) -> None:
-    from memory import pg_index_store
+    from memory import pg_index
 
-    near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+    near = pg_index.nearest(conn, [chat_id, 0], vector, 10, True)
     into.append([memory_id for memory_id, _ in near])
 
 
@@ -355,8 +355,8 @@ def _first_vectors(memories: Any, chat_id: int, _: str) -> object:
 
 def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
     """The same BM25 asked of the FTS5 table, as ranking did before its in-memory lists."""
-    from memory.index_store import fts_bm25_ids
     from memory.posting_lists import CONTEXT_WEIGHT
+    from memory.sqlite_index import fts_bm25_ids
 
     return fts_bm25_ids(conn, chat_id, query, 70, CONTEXT_WEIGHT)
 

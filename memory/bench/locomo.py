@@ -19,9 +19,9 @@ from core.database import SqliteDatabase
 from core.db import connect
 from core.session_store import DatabaseSessionStore
 from memory.embeddings import Embedder
-from memory.index_store import embedding_text
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import rank_memories
-from memory.sqlite_store import SqliteMemoryStore
+from memory.sqlite_index import embedding_text
 from memory.store import MemoryStore
 
 CATEGORY_NAMES = {
@@ -162,7 +162,7 @@ def evaluate_sample(
         chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
             "locomo", str(sample["sample_id"])
         )
-        store = SqliteMemoryStore(conn, embedder)
+        store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
         items = observation_items(sample) if use_observations else turn_items(sample)
         vectors: list[list[float] | None] = (
             list(embedder.embed([embedding_text(item.content, item.context) for item in items]))

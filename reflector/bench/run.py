@@ -25,7 +25,7 @@ from core.llm import OpenAILLM
 from core.session_store import DatabaseSessionStore
 from core.store import NewMessage, SessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from memory.sqlite_store import SqliteMemoryStore
+from memory.memory_store import DatabaseMemoryStore
 from reflector.reflection import Reflector
 from reflector.stores import sqlite_reflector
 
@@ -143,7 +143,7 @@ async def run_bench(
         config = _config(Path(tmp), server.base_url)
         conn = connect(config.storage.database_path)
         store = DatabaseSessionStore(SqliteDatabase(conn))
-        memories = None if embed else SqliteMemoryStore(conn, None)
+        memories = None if embed else DatabaseMemoryStore(SqliteDatabase(conn), None)
         reflector = sqlite_reflector(config, conn, OpenAILLM(config.llm), memories=memories)
         chats = {
             store.get_or_create_chat("bench", name).id: size

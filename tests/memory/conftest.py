@@ -59,15 +59,10 @@ class Engine:
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of one query; `?` placeholders on both engines."""
-        if self.storage.sqlite is not None:
-            return [tuple(row) for row in self.storage.sqlite.execute(sql, params).fetchall()]
-        return self.storage.pg.read(sql.replace("?", "%s"), params)
+        return [tuple(row) for row in self.storage.database.read(sql, params)]
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        if self.storage.sqlite is not None:
-            self.storage.sqlite.execute(sql, params)
-        else:
-            self.storage.pg.write(sql.replace("?", "%s"), params)
+        self.storage.database.write(sql, params)
 
     def vector_ids(self) -> set[int]:
         """Memories with a stored vector (the float table both engines keep)."""

@@ -7,11 +7,12 @@ from pathlib import Path
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.config import Config
+from core.database import SqliteDatabase
 from core.db import Connection
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.embeddings import Embedder
 from memory.keeper import MemoryKeeper
-from memory.sqlite_store import SqliteMemoryStore
+from memory.memory_store import DatabaseMemoryStore
 from memory.strategies.strategy_store import DatabaseStrategyStore
 from tests.conftest import run_mnemo, write_config
 
@@ -63,7 +64,7 @@ def test_reading_the_keeper_loads_no_model(config: Config, conn: Connection) -> 
         loads.append("loaded")
         return None
 
-    keeper = MemoryKeeper(config, SqliteMemoryStore(conn), factory)
+    keeper = MemoryKeeper(config, DatabaseMemoryStore(SqliteDatabase(conn)), factory)
     assert keeper.embedder is None and keeper.store.embedder is None
     assert keeper.mode() == "bm25" and not keeper.loaded
     assert loads == []

@@ -13,8 +13,8 @@ from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import MODES, effective_mode, rank_memories, score_fusion
-from memory.sqlite_store import SqliteMemoryStore
 from memory.terms import (
     content_terms,
     fts_query,
@@ -116,19 +116,28 @@ def test_fallback_to_keywords_without_sqlite_vec(
     assert not conn.info.vec_loaded
     ids = corpus(Engine(Storage(sqlite=conn)), embedder)  # stored without vectors, no failure
     chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
-    assert effective_mode(SqliteMemoryStore(conn, embedder), "hybrid") == "bm25"
+    assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "hybrid") == "bm25"
     with caplog.at_level(logging.WARNING, logger="memory.rank"):
-        first = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What car do I drive?", 3)
-        rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What is my dog called?", 3)
+        first = rank_memories(
+            DatabaseMemoryStore(SqliteDatabase(conn), embedder), chat_id, "What car do I drive?", 3
+        )
+        rank_memories(
+            DatabaseMemoryStore(SqliteDatabase(conn), embedder),
+            chat_id,
+            "What is my dog called?",
+            3,
+        )
     assert first[0].memory.id == ids["car"]
     warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(warnings) == 1 and "sqlite-vec is not loaded" in warnings[0].getMessage()
     conn.close()
     # once sqlite-vec loads again, the missing vectors are filled and hybrid runs
     again = connect(tmp_path / "novec.db")
-    store = SqliteMemoryStore(again, embedder)
+    store = DatabaseMemoryStore(SqliteDatabase(again), embedder)
     assert store.embed_missing() == len(CORPUS)
-    assert effective_mode(SqliteMemoryStore(again, embedder), "hybrid") == "hybrid"
+    assert (
+        effective_mode(DatabaseMemoryStore(SqliteDatabase(again), embedder), "hybrid") == "hybrid"
+    )
     again.close()
 
 
@@ -137,7 +146,7 @@ def test_postgresql_without_pgvector_ranks_in_process(
 ) -> None:
     """A server without pgvector: vectors are kept as float32 bytes, hybrid and knn rank
     from them in this process and the near-duplicate check scores them here (logged once)."""
-    from memory import pg_index_store
+    from memory import pg_index
 
     storage = without_pgvector(fresh_postgres_url)
     engine = Engine(storage)
@@ -149,8 +158,8 @@ def test_postgresql_without_pgvector_ranks_in_process(
     for mode in ("knn", "hybrid"):
         top = rank_memories(store, chat_id, "Which pet do I have?", 1, mode=mode)
         assert top[0].memory.id == ids["dog"], mode
-    pg_index_store._warned_in_process = False
-    with caplog.at_level(logging.WARNING, logger="memory.pg_index_store"):
+    pg_index._warned_in_process = False
+    with caplog.at_level(logging.WARNING, logger="memory.pg_index"):
         found = store.find_near_duplicate(chat_id, "the user's dog is a golden retriever, Rex")
         store.find_near_duplicate(chat_id, "The user drives a red Volvo")
     assert found is not None and found.id == ids["dog"]
@@ -169,9 +178,13 @@ def test_fallback_when_the_model_cannot_load(
     conn = connect(tmp_path / "m.db")
     ids = corpus(Engine(Storage(sqlite=conn)), None)
     chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
-    assert effective_mode(SqliteMemoryStore(conn), "knn") == "bm25"
+    assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn)), "knn") == "bm25"
     ranked = rank_memories(
-        SqliteMemoryStore(conn), chat_id, "Which food am I allergic to?", 2, mode="knn"
+        DatabaseMemoryStore(SqliteDatabase(conn)),
+        chat_id,
+        "Which food am I allergic to?",
+        2,
+        mode="knn",
     )
     assert ranked[0].memory.id == ids["food"]
     conn.close()

@@ -80,7 +80,7 @@ async def run_bench(
             app = build_app(parts.web.dashboard(), "bench")
             timings = await _time_pages(app, seeded, repeat)
         finally:
-            parts.conn.close()
+            parts.db.close()
     return {
         "messages": messages,
         "memories": memories,
@@ -96,7 +96,7 @@ async def run_bench(
 
 @dataclass
 class _Parts:
-    conn: Any
+    db: Any
     sessions: Any
     agent: Any
     web: Any
@@ -133,14 +133,13 @@ async def _bot(tmp: Path, base_url: str) -> _Parts:
         agent.files,
     )
     await agent.extensions.start()  # the embedding model, as at `mnemo run`
-    return _Parts(storage.sqlite_conn, sessions, agent, WebExtension(host))
+    return _Parts(storage.database, sessions, agent, WebExtension(host))
 
 
 def _seed(
     parts: _Parts, messages: int, memories: int, chats: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     from bots.web.bench import seed_store
-    from core.database import SqliteDatabase
     from core.store import CompactionRecord
     from memory.strategies.strategy_store import DatabaseStrategyStore
 
@@ -167,12 +166,12 @@ def _seed(
             )
             for i in range(size)
         ]
-        seed_store.load_messages(parts.conn, rows)
-        _usage(parts.conn, chat.id, stamps, rng)
+        seed_store.load_messages(parts.db, rows)
+        _usage(parts.db, chat.id, stamps, rng)
         _history_shape(parts, chat.id, size, stamps, CompactionRecord, rng)
     progress("memories (with vectors) …")
     _memories(keeper, chat_ids, memory_sizes, rng, now)
-    strategies = DatabaseStrategyStore(SqliteDatabase(parts.conn))
+    strategies = DatabaseStrategyStore(parts.db)
     for chat_id in chat_ids[:20]:
         for i in range(5):
             sid = strategies.add(chat_id, "style", f"Answer plan {i}: short numbered steps")
@@ -217,7 +216,7 @@ def _history_shape(
             f"## Goal\nHelp with plans (up to message {first + end}).",
         )
         done.append((stamps[end], parts.sessions.record_compaction(chat_id, compaction)))
-    seed_store.backdate(parts.conn, "compactions", done)
+    seed_store.backdate(parts.db, "compactions", done)
     for start in range(0, size, 200):
         end = min(start + 199, size - 1)
         status = rng.choices(("done", "failed", "skipped"), (90, 7, 3))[0]
@@ -237,7 +236,7 @@ def _history_shape(
                 status,
             )
         )
-    seed_store.load_runs(parts.conn, runs)
+    seed_store.load_runs(parts.db, runs)
 
 
 def _memories(

@@ -1,33 +1,26 @@
-"""PgMemoryStore: the `MemoryStore` on PostgreSQL (full-text search and pgvector as indexes).
+"""DatabaseMemoryStore: the `MemoryStore` on either engine, one SQL text over `core.database`;
+its derived indexes (full text, vectors, the change log) are a `memory.memory_index`.
 
-The same contract as `memory.sqlite_store.SqliteMemoryStore`. Differences that matter:
-- the full-text index is PostgreSQL's own (GIN over a tsvector expression), so writes keep
-  only the vector rows in step (`memory.pg_index_store`);
-- vectors are always kept as float32 bytes, so ranking (which scores a chat's vectors in
-  this process, `memory.vector_cache`) works whether or not the server has pgvector; with
-  pgvector the near-duplicate check asks the server for the nearest vectors;
-- the change log is written by PL/pgSQL triggers (migration m0006), read the same way, so
-  every process's keyword lists and vectors stay current whichever machine wrote;
-- every call is one round trip or a few, inside the caller's transaction when one is open
-  (`PgDatabase.transaction`), and the write methods are one transaction each otherwise.
+Every write keeps the index rows in step with the `memories` row, inside the caller's
+transaction if one is open. Vectors are written when an embedder is set (and, on SQLite,
+sqlite-vec is loaded); ranking scores a chat's vectors in this process (`memory.vector_cache`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
 from core.clock import iso_utc, now_iso, utc_now
+from core.database import Database
 from core.errors import InputError
-from core.pg_db import PgDatabase
-from memory import pg_index_store as index
-from memory import pg_tombstone_store as tombstones
+from memory import tombstone_store
 from memory.embeddings import Embedder
-from memory.index_store import embedding_text
+from memory.memory_index import MemoryIndex, memory_index
+from memory.sqlite_index import embedding_text
 from memory.store import (
     MAX_CONTENT_CHARS,
     MAX_MEMORY_ID,
@@ -51,68 +44,66 @@ from memory.terms import jaccard_sets, tokens
 
 logger = logging.getLogger(__name__)
 
-INDEX_READY_TTL_S = 5.0  # how long a ready vector index is taken as still ready
 _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
-_ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > %s)"
+_ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
+_CHUNK = 500  # ids per statement (SQLite binds each one)
 
 
-class PgMemoryStore:
-    """All reads and writes of structured memories on one PostgreSQL database."""
+def _scope(chat_id: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The chat's own and the global rows (index-friendly: no IS NOT DISTINCT FROM)."""
+    if chat_id is None:
+        return "chat_id IS NULL", ()
+    return "(chat_id = ? OR chat_id IS NULL)", (chat_id,)
 
-    def __init__(self, db: PgDatabase, embedder: Embedder | None = None) -> None:
-        self._index_ready_until = 0.0  # the vector index was found ready until then
+
+class DatabaseMemoryStore:
+    """All reads and writes of structured memories on a `Database`."""
+
+    def __init__(
+        self, db: Database, embedder: Embedder | None = None, index: MemoryIndex | None = None
+    ) -> None:
         self.db = db
         self.embedder = embedder
+        self.index = index or memory_index(db)
         self._vectors_checked = False
-
-    @property
-    def _pgvector(self) -> bool:
-        return self.db.info.vector_loaded
 
     def transaction(self) -> AbstractContextManager[Any]:
         return self.db.transaction()
 
-    def with_embedder(self, embedder: Embedder | None) -> PgMemoryStore:
-        return PgMemoryStore(self.db, embedder)
+    def with_embedder(self, embedder: Embedder | None) -> DatabaseMemoryStore:
+        return DatabaseMemoryStore(self.db, embedder, self.index)
 
     # -- vectors -----------------------------------------------------------------------
 
     @property
     def vectors_enabled(self) -> bool:
-        return self.embedder is not None
+        return self.embedder is not None and self.index.missing_extension() is None
 
     def prepare_vectors(self) -> bool:
-        if self.embedder is None:
+        if not self.vectors_enabled or self.embedder is None:
             return False
-        with self.db.transaction() as conn:
-            index.lock_log(conn)  # one process (re)creates the tables at a time
-            created = index.ensure_vector_tables(
-                conn, self.embedder.model_name, self.embedder.dim, self._pgvector
-            )
+        created = self.index.prepare(self.embedder.model_name, self.embedder.dim)
         self._vectors_checked = True
         return created
 
     def vectors_unavailable(self) -> str | None:
+        missing = self.index.missing_extension()
+        if missing is not None:
+            return missing
         if self.embedder is None:
             return "no embedding model"
-        if time.monotonic() < self._index_ready_until:  # asked every turn; a round trip
-            return None
-        with self.db.connection() as conn:
-            ready = index.vector_index_ready(
-                conn, self.embedder.model_name, self.embedder.dim, self._pgvector
-            )
-        if not ready:
+        if not self.index.ready(self.embedder.model_name, self.embedder.dim):
             return (
                 "the vector index does not match the embedding model (run `mnemo memory reindex`)"
             )
-        self._index_ready_until = time.monotonic() + INDEX_READY_TTL_S
         return None
 
     def _vector_model(self) -> str | None:
-        if self.embedder is None:
+        """The model name vectors are stored for, after making sure the tables fit it."""
+        if not self.vectors_enabled or self.embedder is None:
             return None
         if not self._vectors_checked:
             self.prepare_vectors()
@@ -131,9 +122,9 @@ class PgMemoryStore:
             return given
         return self.embedder.embed([embedding_text(content, context)])[0]
 
-    def _write_vectors(self, conn: Any, rows: list[tuple[int, int | None, Vector]]) -> None:
+    def _write_vectors(self, rows: list[tuple[int, int | None, Vector]]) -> None:
         assert self.embedder is not None
-        index.store_vectors(conn, rows, self.embedder.model_name, self._pgvector)
+        self.index.write_vectors(rows, self.embedder.model_name)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -151,114 +142,117 @@ class PgMemoryStore:
         sender_id: str = "",
         sender_name: str = "",
     ) -> int:
-        """Store a memory (its row; its vector when an embedder is set); return its id."""
+        """Store a memory (its row, its index rows, its vector when possible); its id.
+
+        `context` (e.g. the message before the fact) helps ranking find the memory: it is
+        indexed with a lower weight and embedded with the content, but never injected.
+        `sender_id` / `sender_name`: who asked for it in a group.
+        """
         text = clean_content(content)
         values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
         around = " ".join(str(context).split())[:MAX_CONTENT_CHARS]
         vector = self._embedding_for(text, embedding, around)
-        with self.db.transaction() as conn:
-            row = conn.execute(
+        with self.db.transaction():
+            row = self.db.read_one(
                 "INSERT INTO memories (chat_id, content, category, confidence, source,"
                 " expires_at, context, sender_id, sender_name)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (chat_id, text, *values[:2], source, values[2], around, sender_id, sender_name),
-            ).fetchone()
+            )
+            assert row is not None
             memory_id = int(row[0])
+            self.index.keep_keywords(memory_id, chat_id, text, around)
             if vector is not None:
-                self._write_vectors(conn, [(memory_id, chat_id, vector)])
+                self._write_vectors([(memory_id, chat_id, vector)])
         return memory_id
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None:
+        """Replace a memory's content (and re-index it)."""
         text = clean_content(content)
         memory = self._require(memory_id)
         vector = (
             self._embedding_for(text, embedding, memory.context) if not memory.archived else None
         )
-        with self.db.transaction() as conn:
-            conn.execute(
-                "UPDATE memories SET content = %s, updated_at = mnemo_now(),"
-                " last_seen_at = mnemo_now(), embedding_model = NULL WHERE id = %s",
+        with self.db.transaction():
+            self.db.write(
+                "UPDATE memories SET content = ?, updated_at = mnemo_now(),"
+                " last_seen_at = mnemo_now(), embedding_model = NULL WHERE id = ?",
                 (text, memory_id),
             )
             if memory.archived:
                 return
+            self.index.keep_keywords(memory_id, memory.chat_id, text, memory.context)
             if vector is not None:
-                self._write_vectors(conn, [(memory_id, memory.chat_id, vector)])
-            elif tables := self._vector_tables():  # the old text's vector must not linger
-                index.drop_vector(conn, memory_id, with_knn_table=tables == 2)
+                self._write_vectors([(memory_id, memory.chat_id, vector)])
+            else:  # the old text's vector must not linger
+                self.index.drop_vector(memory_id)
 
     def touch(self, memory_id: int, confidence: float | None = None) -> None:
+        """Mark a memory as seen again now (optionally with a new confidence)."""
         self._require(memory_id)
         if confidence is None:
             self.db.write(
-                "UPDATE memories SET last_seen_at = mnemo_now() WHERE id = %s", (memory_id,)
+                "UPDATE memories SET last_seen_at = mnemo_now() WHERE id = ?", (memory_id,)
             )
         else:
             self.db.write(
-                "UPDATE memories SET last_seen_at = mnemo_now(), confidence = %s WHERE id = %s",
+                "UPDATE memories SET last_seen_at = mnemo_now(), confidence = ? WHERE id = ?",
                 (check_confidence(confidence), memory_id),
             )
 
     def archive(self, memory_id: int) -> None:
-        """Keep the memory but never rank it again (its vectors go)."""
+        """Keep the memory but never rank it again (it leaves the indexes)."""
         self._require(memory_id)
-        with self.db.transaction() as conn:
-            conn.execute(
-                "UPDATE memories SET archived = 1, updated_at = mnemo_now() WHERE id = %s",
+        with self.db.transaction():
+            self.db.write(
+                "UPDATE memories SET archived = 1, updated_at = mnemo_now() WHERE id = ?",
                 (memory_id,),
             )
-            if tables := self._vector_tables():
-                index.drop_vector(conn, memory_id, with_knn_table=tables == 2)
-
-    def _vector_tables(self) -> int:
-        """How many vector tables exist (any process may have made them): 0, 1 (floats
-        only) or 2 (floats and pgvector's)."""
-        with self.db.connection() as conn:
-            return index.index_state(conn)[1]
+            self.index.unindex(memory_id)
 
     def delete(self, memory_id: int) -> None:
-        """Remove a memory; its vectors go with it (ON DELETE CASCADE)."""
-        with self.db.transaction() as conn:
-            conn.execute(
-                "DELETE FROM memory_supersede_edges WHERE old_id = %s OR new_id = %s",
+        """Remove a memory, its index rows and its supersede links."""
+        with self.db.transaction():
+            self.index.deleting([memory_id])
+            self.db.write(
+                "DELETE FROM memory_supersede_edges WHERE old_id = ? OR new_id = ?",
                 (memory_id, memory_id),
             )
-            conn.execute("DELETE FROM memories WHERE id = %s", (memory_id,))
+            self.db.write("DELETE FROM memories WHERE id = ?", (memory_id,))
 
     def forget_chat(self, chat_id: int) -> int:
-        with self.db.transaction() as conn:
-            ids = [
-                int(row[0])
-                for row in conn.execute("SELECT id FROM memories WHERE chat_id = %s", (chat_id,))
-            ]
-            conn.execute(
-                "DELETE FROM memory_supersede_edges WHERE old_id = ANY(%s) OR new_id = ANY(%s)",
-                (ids, ids),
-            )
-            conn.execute("DELETE FROM memories WHERE chat_id = %s", (chat_id,))
-            index.forget_scope_log(conn, chat_id)
-            tombstones.forget_scope(conn, chat_id)
+        with self.db.transaction():
+            rows = self.db.read("SELECT id FROM memories WHERE chat_id = ?", (chat_id,))
+            ids = [int(row[0]) for row in rows]
+            self.index.deleting(ids)
+            for start in range(0, len(ids), _CHUNK):
+                old, params = self.db.dialect.in_values("old_id", ids[start : start + _CHUNK])
+                new, _ = self.db.dialect.in_values("new_id", ids[start : start + _CHUNK])
+                self.db.write(
+                    f"DELETE FROM memory_supersede_edges WHERE {old} OR {new}", params + params
+                )
+            self.db.write("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
+            self.index.forget_scope_log(chat_id)
+            tombstone_store.forget_scope(self.db, chat_id)
         return len(ids)
 
     def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
         memory = self._require(memory_id)
-        with self.db.transaction() as conn:
-            tombstones.bury(conn, memory, forgotten_by, speaker)
+        with self.db.transaction():
+            tombstone_store.bury(self.db, memory, forgotten_by, speaker)
             self.delete(memory_id)
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
-        with self.db.connection() as conn:
-            return tombstones.of_scope(conn, chat_id)
+        return tombstone_store.of_scope(self.db, chat_id)
 
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
-        with self.db.transaction() as conn:
-            tombstones.lift(conn, tombstone_ids)
+        tombstone_store.lift(self.db, tombstone_ids)
 
     def supersede(self, old_id: int, new_id: int) -> None:
-        with self.db.transaction() as conn:
+        with self.db.transaction():
             self.archive(old_id)
-            conn.execute(
-                "INSERT INTO memory_supersede_edges (old_id, new_id) VALUES (%s, %s)"
+            self.db.write(
+                "INSERT INTO memory_supersede_edges (old_id, new_id) VALUES (?, ?)"
                 " ON CONFLICT DO NOTHING",
                 (old_id, new_id),
             )
@@ -266,9 +260,9 @@ class PgMemoryStore:
     # -- reads -------------------------------------------------------------------------
 
     def get(self, memory_id: int) -> Memory | None:
-        if not 0 < memory_id <= MAX_MEMORY_ID:
+        if not 0 < memory_id <= MAX_MEMORY_ID:  # SQLite cannot even compare a larger int
             return None
-        row = self.db.read_one(f"SELECT {_COLUMNS} FROM memories WHERE id = %s", (memory_id,))
+        row = self.db.read_one(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,))
         return memory_from_row(row) if row else None
 
     def _require(self, memory_id: int) -> Memory:
@@ -280,13 +274,14 @@ class PgMemoryStore:
     def list(
         self, chat_id: int | None, *, include_global: bool = True, include_archived: bool = False
     ) -> Memories:
+        """The chat's memories (and global ones), oldest first."""
         params: tuple[Any, ...]
         if chat_id is None:
             scope, params = "chat_id IS NULL", ()
         elif include_global:
-            scope, params = index.scope_sql(chat_id)
+            scope, params = _scope(chat_id)
         else:
-            scope, params = "chat_id = %s", (chat_id,)
+            scope, params = "chat_id = ?", (chat_id,)
         active = "" if include_archived else " AND archived = 0"
         rows = self.db.read(
             f"SELECT {_COLUMNS} FROM memories WHERE {scope}{active} ORDER BY id", params
@@ -295,16 +290,18 @@ class PgMemoryStore:
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
         wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
-        if not wanted:
-            return {}
-        rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE id = ANY(%s)", (wanted,))
-        return {int(row[0]): memory_from_row(row) for row in rows}
+        found: dict[int, Memory] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
+            rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
+            found.update((int(row[0]), memory_from_row(row)) for row in rows)
+        return found
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
         if chat_id is None and not with_global:
             row = self.db.read_one("SELECT count(*) FROM memories WHERE archived = 0")
         else:
-            scope, params = index.scope_sql(chat_id)
+            scope, params = _scope(chat_id)
             row = self.db.read_one(
                 f"SELECT count(*) FROM memories WHERE {scope} AND {_ACTIVE}", (*params, now_iso())
             )
@@ -313,17 +310,16 @@ class PgMemoryStore:
 
     def newest(self, chat_id: int, limit: int) -> Memories:
         rows = self.db.read(
-            f"SELECT {_COLUMNS} FROM memories WHERE chat_id = %s AND archived = 0"
-            " ORDER BY id DESC LIMIT %s",
+            f"SELECT {_COLUMNS} FROM memories WHERE chat_id = ? AND archived = 0"
+            " ORDER BY id DESC LIMIT ?",
             (chat_id, limit),
         )
         return [memory_from_row(row) for row in rows]
 
     def matching(self, chat_id: int, text: str, limit: int) -> Memories:
-        """The chat's own active memories sharing words with `text` (PostgreSQL full-text
-        search, the reflector's known-memory lookup), best first."""
-        with self.db.connection() as conn:
-            ids = index.matching_ids(conn, chat_id, text, limit)
+        """The chat's own active memories sharing words with `text` (the full-text index;
+        the reflector's known-memory lookup), best first."""
+        ids = self.index.matching_ids(chat_id, text, limit)
         found = self.by_ids(ids)
         return [found[memory_id] for memory_id in ids if memory_id in found]
 
@@ -337,12 +333,15 @@ class PgMemoryStore:
         min_jaccard: float = 0.5,
         method: str = "auto",
     ) -> Memory | None:
-        """An active memory of exactly this scope saying nearly the same thing, if any."""
+        """An active memory of exactly this scope saying nearly the same thing, if any.
+
+        `method` "auto" uses cosine distance when vectors exist, else Jaccard; "jaccard"
+        or "cosine" force one.
+        """
         if method != "jaccard" and self._vector_model() is not None:
             vector = self._embedding_for(content, embedding)
             assert vector is not None
-            with self.db.connection() as conn:
-                near = index.nearest(conn, [scope_of(chat_id)], vector, 5, self._pgvector)
+            near = self.index.nearest([scope_of(chat_id)], vector, 5)
             close = [memory_id for memory_id, distance in near if distance <= max_cosine_distance]
             found = self.by_ids(close)
             for memory_id in close:
@@ -352,6 +351,11 @@ class PgMemoryStore:
             return None
         if method == "cosine":
             return None
+        return self._jaccard_duplicate(chat_id, content, min_jaccard)
+
+    def _jaccard_duplicate(
+        self, chat_id: int | None, content: str, min_jaccard: float
+    ) -> Memory | None:
         wanted = tokens(content)
         best: tuple[float, Memory] | None = None
         for memory in self.list(chat_id, include_global=False):
@@ -367,63 +371,66 @@ class PgMemoryStore:
     def ranking_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> RankingRows:
-        scope, params = index.scope_sql(chat_id)
+        """The active memories a chat's queries rank (its own and global ones), or those of
+        them among `memory_ids`."""
+        scope, params = _scope(chat_id)
         sql = f"SELECT id, content, context FROM memories WHERE {scope} AND {_ACTIVE}"
         values: tuple[Any, ...] = (*params, now_iso())
-        if memory_ids is not None:
-            sql += " AND id = ANY(%s)"
-            values += ([int(i) for i in memory_ids],)
-        rows = self.db.read(sql + " ORDER BY id", values)
-        return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
+        if memory_ids is None:
+            return _texts(self.db.read(sql + " ORDER BY id", values))
+        wanted = [int(i) for i in memory_ids]
+        found: RankingRows = []
+        for start in range(0, len(wanted), _CHUNK):
+            among, ids = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
+            found += _texts(self.db.read(f"{sql} AND {among} ORDER BY id", values + ids))
+        return found
 
     def vector_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> VectorRows:
         if self.embedder is None:
             return []
-        with self.db.connection() as conn:
-            if index.index_state(conn)[1] == 0:
-                return []
-            return index.vector_rows(conn, chat_id, self.embedder.model_name, now_iso(), memory_ids)
+        return self.index.vector_rows(
+            chat_id, self.embedder.model_name, self.embedder.dim, memory_ids
+        )
 
     @property
     def cache_key(self) -> object:
-        return self.db
+        return self.index.cache_key
 
     def in_transaction(self) -> bool:
         return self.db.in_transaction()
 
     def change_log_end(self) -> int:
-        with self.db.connection() as conn:
-            return index.log_end(conn)
+        return self.index.log_end()
 
     def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None:
-        with self.db.connection() as conn:
-            return index.changes_since(conn, chat_id, marks)
+        return self.index.changes_since(chat_id, marks)
 
     def prune_change_log(self) -> int:
-        with self.db.transaction() as conn:
-            return index.prune_log(conn)
+        return self.index.prune_log()
 
     # -- upkeep ------------------------------------------------------------------------
 
     def stale_ids(self, confidence_floor: float, days: int, limit: int) -> Ids:
+        """Active memories below the floor that nobody has seen for `days` days."""
         cutoff = iso_utc(utc_now() - timedelta(days=int(days)))
         rows = self.db.read(
-            "SELECT id FROM memories WHERE archived = 0 AND confidence < %s"
-            " AND last_seen_at < %s LIMIT %s",
+            "SELECT id FROM memories WHERE archived = 0 AND confidence < ?"
+            " AND last_seen_at < ? LIMIT ?",
             (confidence_floor, cutoff, limit),
         )
         return [int(row[0]) for row in rows]
 
     def expired_ids(self, limit: int) -> Ids:
         rows = self.db.read(
-            "SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= %s LIMIT %s",
+            "SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?",
             (now_iso(), limit),
         )
         return [int(row[0]) for row in rows]
 
     def has_unembedded(self) -> bool:
+        """Whether some active memory has no vector yet (cheap: stops at the first)."""
         row = self.db.read_one(
             "SELECT 1 FROM memories WHERE archived = 0 AND embedding_model IS NULL LIMIT 1"
         )
@@ -436,20 +443,15 @@ class PgMemoryStore:
             return 0
         rows = self.db.read(
             "SELECT id, chat_id, content, context FROM memories WHERE archived = 0"
-            " AND (embedding_model IS NULL OR embedding_model != %s) ORDER BY id LIMIT %s",
+            " AND (embedding_model IS NULL OR embedding_model != ?) ORDER BY id LIMIT ?",
             (model, limit),
         )
         for start in range(0, len(rows), 256):
             batch = rows[start : start + 256]
             vectors = self.embedder.embed([embedding_text(row[2], row[3]) for row in batch])
-            with self.db.transaction() as conn:
-                self._write_vectors(
-                    conn,
-                    [
-                        (int(row[0]), row[1], vector)
-                        for row, vector in zip(batch, vectors, strict=True)
-                    ],
-                )
+            self._write_vectors(
+                [(int(row[0]), row[1], vector) for row, vector in zip(batch, vectors, strict=True)]
+            )
             if progress is not None:
                 progress(len(batch))
         return len(rows)
@@ -458,20 +460,22 @@ class PgMemoryStore:
         model = self.embedder.model_name if self.embedder else ""
         row = self.db.read_one(
             "SELECT count(*) FROM memories WHERE archived = 0"
-            " AND (embedding_model IS NULL OR embedding_model != %s)",
+            " AND (embedding_model IS NULL OR embedding_model != ?)",
             (model,),
         )
         assert row is not None
         return int(row[0])
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
-        """Re-embed every memory (PostgreSQL keeps its full-text index itself)."""
-        if self._vector_model() is not None:
-            with self.db.transaction() as conn:
-                index.clear_vectors(conn, self._pgvector)
+        """Rebuild the keyword index and every vector; how many memories were embedded."""
+        self.index.reset(clear_vectors=self._vector_model() is not None)
         total = 0
         while True:
             done = self.embed_missing(limit=1000, progress=progress)
             total += done
             if done == 0:
                 return total
+
+
+def _texts(rows: Sequence[Any]) -> RankingRows:
+    return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
