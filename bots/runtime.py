@@ -11,6 +11,7 @@ from bots.web import plugin as web_plugin
 from core import default_plugin
 from core.assembly import build_agent
 from core.config import Config
+from core.database import sqlite_connection
 from core.db import Connection
 from core.discovery import discover
 from core.dispatcher import Dispatcher
@@ -65,7 +66,7 @@ class Runtime:
     @property
     def conn(self) -> Connection:
         """The SQLite connection (SQLite-only tools and tests)."""
-        return self.storage.sqlite_conn
+        return sqlite_connection(self.storage.database)
 
     @property
     def extensions(self) -> Extensions:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from core.db import Connection, DatabaseError, is_full
 from core.db import transaction as sqlite_transaction
 from core.dialect import POSTGRESQL, SQLITE, Dialect, postgresql_sql, sqlite_sql
-from core.errors import StorageFull
+from core.errors import StorageError, StorageFull
 from core.pg_db import PgDatabase
 
 Row = tuple[Any, ...]
@@ -136,6 +136,14 @@ class SqliteDatabase:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def sqlite_connection(db: Database) -> Connection:
+    """The SQLite connection under `db`, for SQLite-only tools (backup, the FTS5 bench); a
+    clear error on PostgreSQL."""
+    if not isinstance(db, SqliteDatabase):
+        raise StorageError("this works on the SQLite store only ([storage] url is PostgreSQL)")
+    return db.conn
 
 
 class PostgresDatabase:

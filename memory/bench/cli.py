@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from core.database import PostgresDatabase, SqliteDatabase
 from core.storage import Storage
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
@@ -218,12 +219,13 @@ def _bench_memory_on(
     results["(known-memory lookup, full text)"] = _timed(
         asked, partial(_known_lookup, memories, chat_id), gap
     )
-    if storage.sqlite is not None:
+    database = storage.database
+    if isinstance(database, SqliteDatabase):
         asked = [synthetic_query(rng) for _ in range(queries)]
-        fts = partial(_fts5_bm25, storage.sqlite, chat_id)
+        fts = partial(_fts5_bm25, database.conn, chat_id)
         results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
-    elif embedder is not None and storage.pg.info.vector_loaded:
-        results.update(_pgvector_knn(storage, embedder, chat_id, rng, queries, gap))
+    elif isinstance(database, PostgresDatabase) and embedder and database.pg.info.vector_loaded:
+        results.update(_pgvector_knn(database.pg, embedder, chat_id, rng, queries, gap))
     if embedder is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
@@ -284,7 +286,7 @@ def _known_lookup(memories: Any, chat_id: int, query: str) -> object:
 
 
 def _pgvector_knn(
-    storage: Storage, embedder: Any, chat_id: int, rng: random.Random, queries: int, gap: float
+    pg: Any, embedder: Any, chat_id: int, rng: random.Random, queries: int, gap: float
 ) -> dict[str, dict[str, float]]:
     """pgvector KNN in the server (query embedding excluded): exact, then with an HNSW index
     (iterative scans on), and the HNSW result's recall@10 against the exact one."""
@@ -295,23 +297,23 @@ def _pgvector_knn(
     found: list[list[int]] = []
 
     def knn(into: list[list[int]], vector: list[float]) -> None:
-        with storage.pg.connection() as conn:
+        with pg.connection() as conn:
             near = pg_index.nearest(conn, [chat_id, 0], vector, 10, True)
         into.append([memory_id for memory_id, _ in near])
 
     figures = {"(pgvector KNN, exact)": _timed_vectors(asked, partial(knn, exact), gap)}
-    with storage.pg.connection() as conn:
+    with pg.connection() as conn:
         started = time.perf_counter()
         pg_index.set_hnsw_index(conn, True)
         built_s = time.perf_counter() - started
-    with storage.pg.connection() as conn:  # iterative scans are a session setting: per query
+    with pg.connection() as conn:  # iterative scans are a session setting: per query
         pg_index.set_hnsw_index(conn, True)
         timed = _timed_vectors(asked, partial(_knn_on, conn, chat_id, found), gap)
     recall = sum(len(set(a) & set(b)) for a, b in zip(exact, found, strict=True))
     timed["recall_at_10"] = round(recall / max(1, sum(len(a) for a in exact)), 3)
     timed["index_build_s"] = round(built_s, 1)
     figures["(pgvector KNN, HNSW + iterative scan)"] = timed
-    with storage.pg.connection() as conn:
+    with pg.connection() as conn:
         pg_index.set_hnsw_index(conn, False)
     return figures
 

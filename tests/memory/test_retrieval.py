@@ -10,7 +10,7 @@ import pytest
 from core.database import SqliteDatabase
 from core.db import connect
 from core.session_store import DatabaseSessionStore
-from core.storage import Storage
+from core.storage import sqlite_storage
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
 from memory.memory_store import DatabaseMemoryStore
@@ -114,7 +114,7 @@ def test_fallback_to_keywords_without_sqlite_vec(
     monkeypatch.setattr(retrieval, "_warned_fallback", False)
     conn = connect(tmp_path / "novec.db", load_vec=False)
     assert not conn.info.vec_loaded
-    ids = corpus(Engine(Storage(sqlite=conn)), embedder)  # stored without vectors, no failure
+    ids = corpus(Engine(sqlite_storage(conn)), embedder)  # stored without vectors, no failure
     chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
     assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "hybrid") == "bm25"
     with caplog.at_level(logging.WARNING, logger="memory.rank"):
@@ -176,7 +176,7 @@ def test_fallback_when_the_model_cannot_load(
         assert load_embedder(missing) is None  # cached: one warning, no second attempt
     assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
     conn = connect(tmp_path / "m.db")
-    ids = corpus(Engine(Storage(sqlite=conn)), None)
+    ids = corpus(Engine(sqlite_storage(conn)), None)
     chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
     assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn)), "knn") == "bm25"
     ranked = rank_memories(

@@ -10,7 +10,7 @@ import pytest
 from core.database import SqliteDatabase
 from core.db import Connection
 from core.session_store import DatabaseSessionStore
-from core.storage import Storage
+from core.storage import postgres_storage
 from memory import pg_index, sqlite_index
 from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import effective_mode, rank_memories
@@ -154,10 +154,10 @@ def test_postgresql_nearest_is_exact_knn_within_scopes(
     """PostgreSQL's KNN (pgvector's exact `<=>` order, or numpy without pgvector) returns
     exactly the nearest vectors of the asked scopes."""
     if pgvector:
-        storage = Storage(postgres=memory_pg_database(fresh_postgres_url))
+        storage = postgres_storage(memory_pg_database(fresh_postgres_url))
     else:
         storage = without_pgvector(fresh_postgres_url)
-    assert storage.pg.info.vector_loaded == pgvector  # the test server ships pgvector
+    assert storage.database.pg.info.vector_loaded == pgvector  # the test server ships pgvector
     engine = Engine(storage)
     chats = {1: engine.chat("one"), 2: engine.chat("two")}
     store = engine.store(RandomEmbedder())  # type: ignore[arg-type]
@@ -174,7 +174,7 @@ def test_postgresql_nearest_is_exact_knn_within_scopes(
         query = rng.standard_normal(DIM).astype(np.float32)
         query /= np.linalg.norm(query)
         for wanted in ([1], [2], [1, 2]):
-            with storage.pg.connection() as conn:
+            with storage.database.pg.connection() as conn:
                 got = pg_index.nearest(
                     conn, [chats[w] for w in wanted], query.tolist(), 10, pgvector
                 )
