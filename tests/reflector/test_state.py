@@ -351,8 +351,8 @@ def test_a_claimant_skips_a_chat_being_claimed_elsewhere_instead_of_waiting(
     first = leases.claim_next([a, b])
     assert first is not None and first.chat_id == a
     leases.release(first)  # its row stays, vacant
-    with one.pg.transaction() as conn:  # another worker in the middle of claiming a
-        conn.execute("SELECT 1 FROM reflector_leases WHERE chat_id = %s FOR UPDATE", (a,))
+    with one.database.transaction():  # another worker in the middle of claiming a
+        one.database.read("SELECT 1 FROM reflector_leases WHERE chat_id = ? FOR UPDATE", (a,))
         claimed: list[Lease | None] = []
         claimant = threading.Thread(
             target=lambda: claimed.append(lease_store(two, lease_s=60).claim_next([a, b]))
