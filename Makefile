@@ -5,7 +5,7 @@ RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 REAL_STAMP := $(VENV)/.installed-real
 
-.PHONY: install install-dev run test test-real lint fix bench bench-real clean
+.PHONY: install install-dev configured run chat test test-real lint fix bench bench-real clean
 
 # What running needs: the package and its dependencies, no test tools.
 $(RUN_STAMP): pyproject.toml constraints.txt
@@ -25,8 +25,19 @@ install: $(RUN_STAMP)
 
 install-dev: $(DEV_STAMP)
 
-run: install
+# A config, written by `mnemo init` the first time (it asks in a terminal, else takes its
+# defaults), and the embedded demo model when that config needs it (built once, with progress).
+configured: install
+	@if [ ! -f config.toml ] && [ -z "$$MNEMO_CONFIG" ]; then \
+		if [ -t 0 ]; then $(VENV)/bin/mnemo init; else $(VENV)/bin/mnemo init --yes; fi; \
+	fi
+	@$(VENV)/bin/mnemo embedded install --if-needed
+
+run: configured
 	$(VENV)/bin/mnemo run
+
+chat: configured
+	$(VENV)/bin/mnemo chat
 
 test: $(DEV_STAMP)
 	$(PY) -m pytest -q

@@ -14,10 +14,13 @@ from bots.runtime import Runtime
 from bots.terminal import TerminalChannel
 from core.api import Channel, Service
 from core.dispatcher import SHUTDOWN_GRACE_S, Dispatcher
+from core.errors import DatabaseGone
+from core.storage import Storage
 
 logger = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FILE_CHECK_S = 2.0  # how often the database file is checked to be the one opened
 
 
 def enabled_channels(runtime: Runtime) -> list[Channel]:
@@ -61,19 +64,34 @@ async def _run_channel(channel: Channel, dispatcher: Dispatcher) -> None:
         dispatcher.detach(channel)
 
 
+async def _watch_file(storage: Storage, stop: asyncio.Event, every_s: float) -> DatabaseGone:
+    """Check every `every_s` that the database file is still the one opened; when it was
+    deleted or replaced, say so and stop the platform (and return the error)."""
+    while True:
+        try:
+            storage.check_file()
+        except DatabaseGone as exc:
+            logger.error("%s", exc)
+            stop.set()
+            return exc
+        await asyncio.sleep(every_s)
+
+
 async def run_platform(
     runtime: Runtime,
     channels: list[Channel],
     services: list[Service] | None = None,
     *,
     grace_s: float = SHUTDOWN_GRACE_S,
+    file_check_s: float = FILE_CHECK_S,
 ) -> None:
     """Run until every channel has ended or SIGINT/SIGTERM arrives, then shut down cleanly.
 
     Replies go out through the channels (attached to the dispatcher), and what an earlier
     run left (messages not answered, replies not delivered) is taken up first. On the
     way out no new turn starts, running ones get `grace_s` to finish, and every message
-    not answered stays stored for the next start.
+    not answered stays stored for the next start. A database file deleted or replaced
+    under the process stops it too, with `DatabaseGone` raised at the end.
     """
     services = services if services is not None else runtime.extensions.services()
     dispatcher = runtime.dispatcher
@@ -93,18 +111,34 @@ async def run_platform(
         ", ".join(s.name for s in services) or "none",
     )
     stopper = asyncio.create_task(stop.wait())
+    watcher = asyncio.create_task(_watch_file(runtime.storage, stop, file_check_s), name="file")
     with _stopped_by_signals(stop):
         try:
             await _until_stopped_or_channels_end(stopper, channel_tasks)
         finally:
-            logger.info("shutting down")
-            sweeper.cancel()
-            await dispatcher.stop(grace_s)  # the channels still run: replies can go out
-            tasks = [*channel_tasks, *service_tasks, sweeper, stopper]
-            for task in tasks:
+            await _shut_down(dispatcher, grace_s, sweeper, [*channel_tasks, *service_tasks])
+            for task in (stopper, watcher):
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(stopper, watcher, return_exceptions=True)
     logger.info("stopped")
+    if watcher.done() and not watcher.cancelled() and watcher.exception() is None:
+        raise watcher.result()  # `mnemo run` ends with the reason, not silently
+
+
+async def _shut_down(
+    dispatcher: Dispatcher,
+    grace_s: float,
+    sweeper: asyncio.Task[None],
+    tasks: list[asyncio.Task[None]],
+) -> None:
+    """No new turn; running ones get `grace_s` while the channels still send; then every
+    channel and service is cancelled."""
+    logger.info("shutting down")
+    sweeper.cancel()
+    await dispatcher.stop(grace_s)  # the channels still run: replies can go out
+    for task in (*tasks, sweeper):
+        task.cancel()
+    await asyncio.gather(*tasks, sweeper, return_exceptions=True)
 
 
 @contextlib.contextmanager

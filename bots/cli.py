@@ -8,13 +8,16 @@ from pathlib import Path
 
 import click
 
+from bots.embedded_cli import embedded_group, serving_model
+from bots.init_cli import init_command
 from bots.runtime import PLUGINS, Runtime, build_runtime, configure_logging
 from bots.storage_cli import storage_group
 from bots.terminal import TerminalChannel
 from core.api import Check
 from core.config import Config, load_config, resolve_config_path
 from core.doctor import llm_setup_hint, storage_checks
-from core.errors import LLMError, MnemoError
+from core.embedded_model import EmbeddedServer, remember_window
+from core.errors import EmbeddedModelError, LLMError, MnemoError
 from core.probes import model_checks
 
 
@@ -78,23 +81,40 @@ def chat(ctx: click.Context, chat_id: str | None) -> None:
         return
     context = ctx.find_object(Context)
     assert context is not None  # the root group made it
-    runtime = context.runtime()
-    channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
-    try:
-        asyncio.run(_chat(runtime, channel))
-    finally:
-        runtime.close()
+    with serving_model(context.config, sys.stdin.isatty()) as (config, server):
+        runtime = runtime_for(config, server)
+        channel = TerminalChannel(chat_id or runtime.config.terminal.chat_id)
+        try:
+            asyncio.run(_chat(runtime, channel))
+        finally:
+            runtime.close()
+    if runtime.llm.failed and not runtime.llm.answered:
+        click.echo(
+            f"mnemo: the model never answered in this session "
+            f"({runtime.llm.failed} request(s) failed); `mnemo doctor` says why",
+            err=True,
+        )
+        sys.exit(1)
 
 
 @cli.command()
 @pass_context
 def run(context: Context) -> None:
     """Start every enabled channel and the reflector scheduler."""
-    runtime = context.runtime()
-    try:
-        asyncio.run(_run(runtime))
-    finally:
-        runtime.close()
+    with serving_model(context.config, sys.stdin.isatty()) as (config, server):
+        runtime = runtime_for(config, server)
+        try:
+            asyncio.run(_run(runtime))
+        finally:
+            runtime.close()
+
+
+def runtime_for(config: Config, server: EmbeddedServer | None) -> Runtime:
+    """The runtime on `config`; the embedded server's window is known before turn 1."""
+    runtime = build_runtime(config)
+    if server is not None:
+        remember_window(runtime.store, server)
+    return runtime
 
 
 async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
@@ -145,9 +165,21 @@ async def _doctor_checks(context: Context) -> list[Check]:
     source = str(context.config_path) if context.config_path else "built-in defaults"
     checks = [Check("config", True, source)]
     try:
-        runtime = build_runtime(config)
+        with serving_model(config, interactive=False) as (served, server):
+            if server is not None:
+                started = f"{server.alias} serving at {server.base_url}"
+                checks.append(Check("embedded model", True, started))
+            return checks + await _runtime_checks(served, server)
+    except EmbeddedModelError as exc:
+        return [*checks, Check("embedded model", False, str(exc))]
+
+
+async def _runtime_checks(config: Config, server: EmbeddedServer | None) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        runtime = runtime_for(config, server)
     except MnemoError as exc:
-        return [*checks, Check("database", False, str(exc))]
+        return [Check("database", False, str(exc))]
     try:
         checks.extend(storage_checks(runtime.storage))
         try:
@@ -172,6 +204,8 @@ def bench() -> None:
 for plugin in PLUGINS:
     plugin.register_commands(cli)
 cli.add_command(storage_group)
+cli.add_command(embedded_group)
+cli.add_command(init_command)
 
 
 def main() -> None:

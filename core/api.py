@@ -191,8 +191,15 @@ class Extension:
     async def after_turn(self, turn: TurnContext) -> None:
         """Called after a turn's reply is stored."""
 
-    async def before_compaction(self, turn: TurnContext) -> None:
-        """Called before the chat's history is summarised (the reflector saves facts first)."""
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        """Called before the chat's messages up to id `up_to` are summarised (the reflector
+        saves their facts first). False: what this extension needs from them is not saved
+        yet, and the compaction is held back while the window has room (`core.compaction`)."""
+        return True
+
+    def help_lines(self) -> list[str]:
+        """What people can say besides commands (`remember: …`), one line each, for /help."""
+        return []
 
     def services(self) -> list[Service]:
         """Background jobs that `mnemo run` starts."""

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.clock import utc_now
-from core.db import Connection, OperationalError, connect, ensure_data_dir, open_copy
+from core.db import (
+    Connection,
+    DatabaseError,
+    OperationalError,
+    connect,
+    ensure_data_dir,
+    open_copy,
+)
 from core.errors import InputError, StorageError
 
 REQUIRED_TABLES = ("_migrations", "chats", "messages")
@@ -122,11 +129,9 @@ def restore_database(backup: Path, database: Path) -> CopyReport:
     another process has the database open. What it replaces is kept beside it first."""
     if not backup.is_file():
         raise InputError(f"no backup at {backup}")
-    with _plain(backup) as copy:
-        names = {str(row[0]) for row in copy.execute("SELECT name FROM sqlite_master")}
-        if missing := [name for name in REQUIRED_TABLES if name not in names]:
-            raise InputError(f"{backup} is not a Mnemo database (no {', '.join(missing)} table)")
-        expected = check_copy(copy, None)
+    if database.exists() and os.path.samefile(backup, database):
+        raise InputError("the backup to restore is the database itself; name a backup file")
+    expected = _checked_backup(backup)
     ensure_data_dir(database.parent)
     with _plain(database) as live:
         _take_exclusive(live, database)
@@ -142,6 +147,21 @@ def restore_database(backup: Path, database: Path) -> CopyReport:
             copy.backup(live)
         rows = check_copy(live, expected)
     return CopyReport(database, database.stat().st_size, rows, safety)
+
+
+def _checked_backup(backup: Path) -> dict[str, int]:
+    """The rows per table of the Mnemo database at `backup`, once it passed the checks; a
+    file that is no SQLite database, or no Mnemo one, is an `InputError` of one line."""
+    try:
+        with _plain(backup) as copy:
+            names = {str(row[0]) for row in copy.execute("SELECT name FROM sqlite_master")}
+            if missing := [name for name in REQUIRED_TABLES if name not in names]:
+                raise InputError(
+                    f"{backup} is not a Mnemo database (no {', '.join(missing)} table)"
+                )
+            return check_copy(copy, None)
+    except DatabaseError as exc:
+        raise InputError(f"{backup} is not a readable SQLite database ({exc})") from None
 
 
 def _take_exclusive(live: Connection, database: Path) -> None:

@@ -91,7 +91,9 @@ class CoreExtension(Extension):
 
     async def help_command(self, turn: TurnContext, args: str) -> str:
         commands = self.extensions.command_list()
-        return "Commands:\n" + "\n".join(f"/{c.name} - {c.description}" for c in commands)
+        text = "Commands:\n" + "\n".join(f"/{c.name} - {c.description}" for c in commands)
+        said = self.extensions.help_lines()
+        return text + ("\n\nYou can also say:\n" + "\n".join(said) if said else "")
 
     async def reset_command(self, turn: TurnContext, args: str) -> str:
         self.store.reset_session(turn.chat.id)

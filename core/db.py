@@ -1,5 +1,9 @@
 """The one way to open Mnemo's SQLite database: WAL, foreign keys, busy timeout, sqlite-vec.
 
+`secure_delete` is on: a deleted row's bytes are overwritten with zeros, in its page and in
+pages that fall free, so "deleted for good" (a chat deleted, a memory forgotten) leaves no
+copy in the file once `scrub_deleted()` has checkpointed the WAL into it.
+
 SQLite comes from `pysqlite3` (a modern build that can load extensions) when it is
 installed, else from the standard library. Transactions are explicit: the connection
 is in autocommit mode and `transaction()` wraps a unit of work. Never `await` inside one.
@@ -8,6 +12,7 @@ is in autocommit mode and `transaction()` wraps a unit of work. Never `await` in
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +23,7 @@ try:  # pragma: no cover - which branch runs depends on the platform
 except ImportError:  # pragma: no cover
     import sqlite3
 
-from core.errors import StorageError, StorageFull
+from core.errors import DatabaseGone, StorageError, StorageFull
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +41,7 @@ class DatabaseInfo:
     sqlite_version: str
     vec_version: str | None
     vec_error: str | None
+    file_id: tuple[int, int] | None = None  # (device, inode) of the file opened
 
     @property
     def vec_loaded(self) -> bool:
@@ -93,10 +99,11 @@ def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) ->
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA secure_delete = ON")
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"cannot open database {path}: {exc}") from exc
     vec_version, vec_error = _load_vec(conn) if load_vec else (None, "disabled")
-    conn.info = DatabaseInfo(path, sqlite3.sqlite_version, vec_version, vec_error)
+    conn.info = DatabaseInfo(path, sqlite3.sqlite_version, vec_version, vec_error, _file_id(path))
     if migrate:
         from migrations import migrate as apply_migrations
 
@@ -105,6 +112,33 @@ def connect(path: str | Path, *, load_vec: bool = True, migrate: bool = True) ->
         except sqlite3.DatabaseError as exc:
             raise StorageError(f"migrating {path} failed: {exc}") from exc
     return conn
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`, None for a database in memory or none there."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def check_file(conn: Connection) -> None:
+    """Raise `DatabaseGone` when the file at the database's path is not the one this
+    connection has open (deleted, or another put in its place): what it wrote from then on
+    would be lost at the next start."""
+    opened = conn.info.file_id
+    if opened is None:
+        return
+    now = _file_id(conn.info.path)
+    if now != opened:
+        what = "deleted" if now is None else "replaced by another file"
+        raise DatabaseGone(
+            f"the database {conn.info.path} was {what} while this process had it open;"
+            " stopping so that nothing more is written where no restart will find it"
+        )
 
 
 def open_copy(path: str | Path) -> Connection:
@@ -117,6 +151,23 @@ def open_copy(path: str | Path) -> Connection:
     return conn
 
 
+def scrub_deleted(conn: Connection) -> bool:
+    """After a deletion that promises permanence: copy the WAL into the database file (whose
+    freed bytes `secure_delete` zeroed) and truncate it, so the WAL keeps no earlier page
+    images holding the deleted text. False (and a warning) when another connection's open
+    read kept part of the WAL; the next checkpoint finishes it."""
+    if conn.in_transaction or conn.info.path == ":memory:":
+        return False
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    if busy:
+        logger.warning(
+            "%s: another connection is reading, so the write-ahead log still holds"
+            " deleted text until the next checkpoint",
+            conn.info.path,
+        )
+    return not busy
+
+
 def vec_available(conn: Connection) -> bool:
     """Whether sqlite-vec is loaded in this connection."""
     return conn.info.vec_loaded
@@ -126,12 +177,14 @@ def vec_available(conn: Connection) -> bool:
 def transaction(conn: Connection) -> Iterator[Connection]:
     """BEGIN IMMEDIATE … COMMIT, rolled back on any exception. Nested use joins the outer one.
 
-    A full disk or database (SQLITE_FULL, which SQLite may already have rolled back) is
-    raised as `StorageFull`, so callers can say that nothing was stored.
+    The database file is checked first (`check_file`): a deleted or replaced one raises
+    `DatabaseGone`. A full disk or database (SQLITE_FULL, which SQLite may already have
+    rolled back) is raised as `StorageFull`, so callers can say that nothing was stored.
     """
     if conn.in_transaction:
         yield conn
         return
+    check_file(conn)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -6,6 +6,8 @@
   `num_ctx` in its parameters; else Ollama's default (4,096 whatever the model was
   trained for, which is why the README tells Ollama users about `num_ctx`).
   `/api/show` also lists the model's capabilities (tools).
+- Every server: the model's id as it reports it (`ServerFacts.served_model`), kept in the
+  model's profile as the label to show.
 - llama-cpp-python and hosted APIs say nothing here: the window is then learned from the
   first overflow error (`core.turn`), or comes from the known hosted-model table.
 
@@ -50,6 +52,17 @@ class ServerFacts:
         bare = {name.removesuffix(":latest") for name in self.served_models}
         return model in self.served_models or model.removesuffix(":latest") in bare
 
+    def served_model(self, model: str) -> str | None:
+        """The id the server reports for what it serves when asked for `model` (the label
+        to show, e.g. llama.cpp's one model whatever `[llm] model` says); None: unknown."""
+        names = self.served_models or ()
+        for name in (model, f"{model}:latest") if self.kind == "ollama" else (model,):
+            if name in names:
+                return name
+        if self.kind != "ollama" and (self.kind == "llama.cpp" or len(names) == 1) and names:
+            return names[0]
+        return None
+
 
 def server_root(base_url: str) -> str:
     """`http://host:port/v1` → `http://host:port` (where /props and /api/* live)."""
@@ -71,7 +84,9 @@ def _positive_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-async def _probe(client: httpx.AsyncClient, url: str, body: dict[str, Any] | None = None) -> Any:
+async def probe_json(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any] | None = None
+) -> Any:
     import httpx
 
     try:
@@ -83,7 +98,7 @@ async def _probe(client: httpx.AsyncClient, url: str, body: dict[str, Any] | Non
 
 
 async def _llama_cpp_window(client: httpx.AsyncClient, root: str) -> int | None:
-    props = await _probe(client, f"{root}/props")
+    props = await probe_json(client, f"{root}/props")
     if not isinstance(props, dict):
         return None
     settings = props.get("default_generation_settings")
@@ -100,16 +115,16 @@ def _model_entry(models: Any, model: str) -> tuple[tuple[str, ...] | None, dict[
     return names, match
 
 
-async def _ollama_facts(
+async def ollama_facts(
     client: httpx.AsyncClient, root: str, model: str
 ) -> tuple[int | None, str, bool | None]:
     """(window, source, tools) from Ollama's own API, or (None, "", None) if not Ollama."""
-    show = await _probe(client, f"{root}/api/show", {"model": model})
+    show = await probe_json(client, f"{root}/api/show", {"model": model})
     if not isinstance(show, dict):
         return None, "", None
     capabilities = show.get("capabilities")
     tools = "tools" in capabilities if isinstance(capabilities, list) else None
-    running = await _probe(client, f"{root}/api/ps")
+    running = await probe_json(client, f"{root}/api/ps")
     for entry in (running or {}).get("models", []) if isinstance(running, dict) else []:
         if isinstance(entry, dict) and entry.get("name") in (model, f"{model}:latest"):
             window = _positive_int(entry.get("context_length"))
@@ -125,17 +140,19 @@ async def _ollama_facts(
 async def server_facts(client: httpx.AsyncClient, llm: LLMConfig, model: str) -> ServerFacts:
     """Ask the server at `llm.base_url` what it can say about `model`."""
     root = server_root(llm.base_url)
-    names, entry = _model_entry(await _probe(client, f"{llm.base_url.rstrip('/')}/models"), model)
+    names, entry = _model_entry(
+        await probe_json(client, f"{llm.base_url.rstrip('/')}/models"), model
+    )
     window = await _llama_cpp_window(client, root)
     if window:
         return ServerFacts(window, "server /props (n_ctx)", names, kind="llama.cpp")
     vllm = _positive_int(entry.get("max_model_len"))
     if vllm:
         return ServerFacts(vllm, "server /v1/models (max_model_len)", names, kind="vllm")
-    ollama_window, source, tools = await _ollama_facts(client, root, model)
+    ollama_window, source, tools = await ollama_facts(client, root, model)
     if ollama_window:
         return ServerFacts(ollama_window, source, names, tools, kind="ollama")
-    if isinstance(await _probe(client, f"{root}/api/version"), dict):
+    if isinstance(await probe_json(client, f"{root}/api/version"), dict):
         return ServerFacts(served_models=names, kind="ollama")  # Ollama without this model
     return ServerFacts(served_models=names)
 
@@ -150,6 +167,9 @@ async def discover(
         changes.update(window=facts.window, window_source=facts.window_source)
     if facts.tools is False:
         changes["tools"] = False
+    served_model = facts.served_model(model)
+    if served_model:
+        changes["served_model"] = served_model
     profile = learn(store, model, **changes) if changes else load_profile(store, model)
     if llm.context_window and facts.window and facts.window != llm.context_window:
         logger.warning(

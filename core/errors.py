@@ -5,8 +5,10 @@ MnemoError
 ├── InputError             bad input from a user, a tool call or the CLI (too long, bad id, …)
 ├── StorageError           database or migration failure
 │   ├── LeaseLost          another process took the chat over while this one worked
-│   └── StorageFull        the disk (or the database's size limit) is full: nothing was written
+│   ├── StorageFull        the disk (or the database's size limit) is full: nothing was written
+│   └── DatabaseGone       the open database file was deleted or replaced under the process
 ├── EmbeddingUnavailable   the embedding model cannot be loaded or exported as asked
+├── EmbeddedModelError     the embedded demo model is not installed or did not start
 ├── DeliveryFailed         a channel could not deliver a reply, after its own retries
 ├── LLMError               the model could not give a usable answer
 │   ├── LLMTimeout         no answer within [llm] timeout_s (after retries)
@@ -55,8 +57,17 @@ class StorageFull(StorageError):
     """The disk or the database file is full (SQLITE_FULL); the write did not happen."""
 
 
+class DatabaseGone(StorageError):
+    """The SQLite file this process opened is no longer the one at its path (deleted, or
+    replaced by another file): writing on would go into a file nobody will open again."""
+
+
 class EmbeddingUnavailable(MnemoError):
     """The embedding model cannot be loaded, or not in the form asked for (e.g. ONNX)."""
+
+
+class EmbeddedModelError(MnemoError):
+    """The embedded demo model (`[embedded]`) is not installed, or its server did not start."""
 
 
 class DeliveryFailed(MnemoError):

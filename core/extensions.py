@@ -69,15 +69,20 @@ class Extensions:
         for extension in self._items:
             await extension.after_turn(turn)
 
-    async def before_compaction(self, turn: TurnContext) -> None:
-        """Let every extension save what it needs (facts) before detail is summarised."""
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        """Let every extension save what it needs (facts) from the messages up to `up_to`
+        before detail is summarised; True when every one did (one that raises did not)."""
+        saved = True
         for extension in self._items:
             try:
-                await extension.before_compaction(turn)
+                saved = await extension.before_compaction(turn, up_to) and saved
             except Exception:
-                logger.exception(
-                    "before_compaction of %s failed; compacting anyway", extension.name
-                )
+                logger.exception("before_compaction of %s failed", extension.name)
+                saved = False
+        return saved
+
+    def help_lines(self) -> list[str]:
+        return [line for extension in self._items for line in extension.help_lines()]
 
     def services(self) -> list[Service]:
         return [service for extension in self._items for service in extension.services()]

@@ -159,6 +159,8 @@ class OpenAILLM:
         self.base_url = config.base_url.rstrip("/")
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.answered = 0  # completions received since start (`mnemo chat`'s exit status)
+        self.failed = 0  # requests that ended in an LLMError
 
     def client(self) -> httpx.AsyncClient:
         import httpx  # here, not at module level: `mnemo --help` need not pay for it
@@ -199,8 +201,14 @@ class OpenAILLM:
         if self.config.temperature is not None:
             params["temperature"] = self.config.temperature
         started = time.monotonic()
-        body = await self._post_json("/chat/completions", params)
-        return _to_completion(body, int((time.monotonic() - started) * 1000))
+        try:
+            body = await self._post_json("/chat/completions", params)
+            completion = _to_completion(body, int((time.monotonic() - started) * 1000))
+        except LLMError:
+            self.failed += 1
+            raise
+        self.answered += 1
+        return completion
 
     async def ping(self) -> str:
         """List the server's models; raise an `LLMError` if it cannot be reached."""

@@ -52,6 +52,7 @@ class ModelProfile:
     tools: bool | None = None
     tools_in_prompt: bool | None = None
     structured: StructuredMode | None = None
+    served_model: str | None = None  # the id the server reports (the label to show)
 
     def facts(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "model" and v not in (None, "")}
@@ -136,6 +137,19 @@ def server_disagrees(llm: LLMConfig, profile: ModelProfile) -> str:
             f"{profile.window} ({profile.window_source})"
         )
     return ""
+
+
+def served_id(profile: ModelProfile) -> str:
+    """The id the server reports for the model (discovery stores it as `served_model`),
+    else the configured id: what status pages label the model with."""
+    return str(getattr(profile, "served_model", None) or profile.model)
+
+
+def model_label(profile: ModelProfile) -> str:
+    """The served id with the configured one when they differ: "SmolLM2-135M-Instruct
+    (configured as llama3.2)"."""
+    served = served_id(profile)
+    return served if served == profile.model else f"{served} (configured as {profile.model})"
 
 
 def tools_enabled(llm: LLMConfig, profile: ModelProfile) -> bool:

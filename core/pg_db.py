@@ -169,6 +169,16 @@ class PgDatabase:
         """One statement; its row count. Committed at once unless a transaction is open."""
         return int(self._retrying(lambda conn: conn.execute(sql, params).rowcount))
 
+    def vacuum(self, tables: Sequence[str] = ()) -> None:
+        """VACUUM `tables` (none: every table): the dead rows a deletion left are removed
+        from the tables and their indexes, and their space is marked for reuse (not zeroed:
+        README "Your data"). Outside any transaction, which VACUUM cannot run in."""
+        if self.in_transaction():
+            raise StorageError("VACUUM cannot run inside a transaction")
+        if bad := [table for table in tables if not table.isidentifier()]:
+            raise StorageError(f"not a table name: {bad[0]!r}")
+        self.write(f"VACUUM {', '.join(tables)}".rstrip())
+
     def _retrying(self, work: Any) -> Any:
         """One statement: in the open transaction, else on a borrowed connection in
         autocommit (no BEGIN/COMMIT round trips), retried once on a fresh connection."""

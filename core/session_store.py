@@ -111,6 +111,9 @@ class DatabaseSessionStore:
             self.db.write("DELETE FROM chats WHERE id = ?", (chat_id,))
         return gone
 
+    def scrub_deleted(self, tables: tuple[str, ...] = ()) -> None:
+        self.db.scrub_deleted(tables)
+
     # -- messages ----------------------------------------------------------------------
 
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:

@@ -32,6 +32,11 @@ class Storage:
         """One line for logs and `mnemo doctor`."""
         return self.database.describe()
 
+    def check_file(self) -> None:
+        """SQLite: raise `DatabaseGone` when the database file was deleted or replaced
+        under this process. PostgreSQL: nothing to check (the server owns the files)."""
+        self.database.check_file()
+
     def close(self) -> None:
         self.database.close()
 

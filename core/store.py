@@ -126,6 +126,13 @@ class SessionStore(Protocol):
         Return how many messages went."""
         ...
 
+    def scrub_deleted(self, tables: tuple[str, ...] = ()) -> None:
+        """After a deletion that promises permanence (outside any transaction): leave no
+        copy of the deleted rows where the engine can still hold one. SQLite: checkpoint and
+        truncate the WAL (`secure_delete` already zeroed the freed bytes). PostgreSQL:
+        VACUUM `tables` (none: every table), so dead rows leave the tables and indexes."""
+        ...
+
     # -- messages
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:
         """Store `messages` in one transaction; return their ids in order."""

@@ -56,6 +56,12 @@ class MemoryExtension(Extension):
             Command("forget", "forget a remembered fact: /forget ID", self.forget_command),
         ]
 
+    def help_lines(self) -> list[str]:
+        return [
+            "remember: FACT - I store FACT as a memory right away, without asking the model"
+            " (also `remember that …`, `memo: …`); /memory lists them, /forget ID removes one",
+        ]
+
     async def context_sections(self, turn: TurnContext) -> list[ContextSection]:
         memory = self.config.memory
         sections = self.keeper.files.sections(

@@ -13,6 +13,7 @@ from core.api import ContextSection
 from core.chat_files import safe_path_part
 from core.file_store import DirectoryFileStore, FileStore, clean_path
 from core.text import clip_middle
+from memory.hidden_text import visible_text
 
 FILE_NAME = "AGENTS.md"
 SCOPES = ("global", "channel", "chat")
@@ -82,10 +83,12 @@ class FileMemory:
     def sections(
         self, channel: str, chat_id: str, scope_max_chars: int, total_max_chars: int
     ) -> list[ContextSection]:
-        """The non-empty scopes as context sections, global first, within both budgets."""
+        """The non-empty scopes as context sections, global first, within both budgets,
+        without hidden characters."""
         scopes = [self.scope(scope, channel, chat_id) for scope in SCOPES]
         found = self.files.read_texts([where.path for where in scopes])
-        texts = [(where, found.get(clean_path(where.path), "")) for where in scopes]
+        # Notes written before the gate, or by hand, may hold hidden characters: never sent.
+        texts = [(where, visible_text(found.get(clean_path(where.path), ""))) for where in scopes]
         budgeted = budget_texts([text for _, text in texts], scope_max_chars, total_max_chars)
         return [
             ContextSection(

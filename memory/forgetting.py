@@ -10,8 +10,12 @@ forgotten one when
 - their content words are the same (plurals and verb -s folded), or
 - they share at least half their words and the fact adds none of its own (the test the
   reflector's keyword-only dedup applies), or
+- the fact carries the forgotten text's distinctive terms, however it is worded: every
+  code in it ("ZEBRAQUARTZ", "A113", "482913": one such word says what it is alone), or
+  every name in it ("Miso", "Porto") together with more than half of its words, or
 - their embeddings are as close as the reflector's near-duplicate test demands
-  (cosine distance ≤ 0.15), when the caller has vectors.
+  (cosine distance ≤ 0.15), when the caller has vectors (the reflector's pass, the
+  memory tool with the model loaded).
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from memory.store import Tombstone, Vector
-from memory.terms import content_terms, jaccard_sets
+from memory.terms import STOP_WORDS, content_terms, jaccard_sets
 
 MAX_COSINE_DISTANCE = 0.15  # as `MemoryStore.find_near_duplicate`, the reflector's dedup
 MIN_JACCARD = 0.5
+MIN_SHARED = 0.5  # of the forgotten text's words, beside its names
+
+_WORD = re.compile(r"[^\W_]+")
+_CODE = re.compile(r"(?=\w*\d)(?=\w*[^\W\d_])\w{3,}|[A-Z]{5,}|\d{5,}")
 
 _POSSESSIVE = re.compile(r"\b(?:my|mine)\b|我的", re.IGNORECASE)
 _SUBJECT = re.compile(r"\b(?:i'm|i am)\b", re.IGNORECASE)
@@ -69,6 +77,42 @@ def repeats_by_words(fact: str, tombstone: Tombstone) -> bool:
     return new <= forgotten and jaccard_sets(set(new), set(forgotten)) >= MIN_JACCARD
 
 
+def _distinctive(tombstone: Tombstone) -> tuple[frozenset[str], frozenset[str]]:
+    """The forgotten text's distinctive terms, as `fact_terms` spells them: codes (words
+    with letters and digits, all-capital words of 5+ letters, numbers of 5+ digits:
+    "ZEBRAQUARTZ", "A113", "482913") and names (capitalised words inside a sentence, not
+    the speaker's: "Miso", "Porto")."""
+    speaker = {part.lower() for part in tombstone.speaker.split()}
+    codes: set[str] = set()
+    names: set[str] = set()
+    for match in _WORD.finditer(tombstone.content):
+        word, term = match.group(0), _stem(match.group(0).lower())
+        if term in speaker or term in STOP_WORDS:
+            continue
+        if _CODE.fullmatch(word):
+            codes.add(term)
+        elif word[0].isupper() and not word.isupper() and not _sentence_start(match):
+            names.add(term)
+    return frozenset(codes), frozenset(names)
+
+
+def _sentence_start(match: re.Match[str]) -> bool:
+    before = match.string[: match.start()].rstrip(" \t\"'([")
+    return not before or before[-1] in ".!?:\n"
+
+
+def repeats_by_terms(fact: str, tombstone: Tombstone) -> bool:
+    """Whether `fact` carries the forgotten text's distinctive terms, however reworded:
+    all its codes (a code says what it is alone), or all its names and most of its words."""
+    codes, names = _distinctive(tombstone)
+    new = fact_terms(fact, tombstone.speaker)
+    if codes and codes <= new:
+        return True
+    forgotten = fact_terms(tombstone.content, tombstone.speaker)
+    shared = len(new & forgotten) / len(forgotten) if forgotten else 0.0
+    return bool(names) and (codes | names) <= new and shared > MIN_SHARED
+
+
 def cosine_distance(a: Sequence[float], b: Sequence[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
@@ -99,7 +143,7 @@ def repeated_tombstone(
     """The tombstone `fact` repeats, if any; `vectors` (text → embedding, for the texts of
     `texts_to_embed`) adds the embedding test."""
     for tombstone in tombstones:
-        if repeats_by_words(fact, tombstone):
+        if repeats_by_words(fact, tombstone) or repeats_by_terms(fact, tombstone):
             return tombstone
         if vectors and _close(fact, tombstone, vectors):
             return tombstone

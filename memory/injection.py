@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.api import ContextSection
+from memory.hidden_text import visible_text
 from memory.retrieval import RankedMemory
 from memory.store import Memory, MemoryStore
 
@@ -37,7 +38,7 @@ def select_within_budget(ranked: Sequence[RankedMemory], token_budget: int) -> l
 
 
 def render_memories(chosen: Sequence[Memory], left_out: int) -> str:
-    lines = [memory.line() for memory in chosen]
+    lines = [visible_text(memory.line()) for memory in chosen]  # older rows may hide some
     if left_out > 0:
         lines.append(MORE_HINT.format(n=left_out))
     return "\n".join(lines)

@@ -18,10 +18,10 @@ from core.errors import ToolError
 from memory.embeddings import Embedder, load_embedder
 from memory.explicit import DUPLICATE_JACCARD, EXPLICIT_CONFIDENCE, guess_category
 from memory.files import FileMemory
-from memory.forgetting import repeated_tombstone, repeats_by_words
+from memory.forgetting import repeated_tombstone, repeats_by_words, texts_to_embed
 from memory.quality import INSTRUCTION, SECRET, check_fact
 from memory.retrieval import RankedMemory, effective_mode, rank_memories
-from memory.store import Memory, MemoryStore, display_name
+from memory.store import Memory, MemoryStore, Tombstone, Vector, display_name
 
 logger = logging.getLogger(__name__)
 
@@ -201,10 +201,12 @@ class MemoryKeeper:
         return gated(fact)
 
     def checked_not_forgotten(self, chat_id: int, fact: str) -> str:
-        """`checked(fact)`, also refused when it repeats a memory someone forgot here
-        (the memory tools: the model must not bring back what a person took away)."""
+        """`checked(fact)`, also refused when it repeats a memory someone forgot here, by
+        words, distinctive terms or (with the model loaded) meaning: the memory tools, so
+        the model does not bring back what a person took away."""
         fact = self.checked(fact)
-        tombstone = repeated_tombstone(fact, self.store.tombstones(chat_id))
+        tombstones = self.store.tombstones(chat_id)
+        tombstone = repeated_tombstone(fact, tombstones, self._vectors(fact, tombstones))
         if tombstone is not None:
             raise FactRefused(
                 f"it repeats memory #{tombstone.memory_id}, which {tombstone.forgotten_by}"
@@ -212,6 +214,15 @@ class MemoryKeeper:
                 " `remember:` stores it again"
             )
         return fact
+
+    def _vectors(self, fact: str, tombstones: list[Tombstone]) -> dict[str, Vector] | None:
+        """The embeddings `repeated_tombstone` compares by meaning, when the model is
+        loaded (a few short texts: embedded here, as `store.add` embeds the fact)."""
+        embedder = self.store.embedder
+        if embedder is None or not tombstones:
+            return None
+        texts = texts_to_embed([fact], tombstones)
+        return dict(zip(texts, embedder.embed(texts), strict=True))
 
     def forget(self, access: Access, memory_id: int) -> Memory:
         """Forget a memory this sender may forget, leaving a tombstone so the reflector

@@ -17,7 +17,7 @@ from typing import Any
 from core.clock import iso_utc, now_iso, utc_now
 from core.database import Database
 from core.errors import InputError
-from memory import tombstone_store
+from memory import note_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index
 from memory.sqlite_index import embedding_text
@@ -29,6 +29,7 @@ from memory.store import (
     Marks,
     Memories,
     Memory,
+    NoteChange,
     RankingRows,
     Tombstones,
     Vector,
@@ -241,12 +242,22 @@ class DatabaseMemoryStore:
         with self.db.transaction():
             tombstone_store.bury(self.db, memory, forgotten_by, speaker)
             self.delete(memory_id)
+        # SQLite: the WAL's older copies of it; PostgreSQL: its dead row out of the table
+        # and its indexes (both no-ops inside a transaction).
+        self.db.scrub_deleted(("memories",))
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
         return tombstone_store.of_scope(self.db, chat_id)
 
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
         tombstone_store.lift(self.db, tombstone_ids)
+
+    def record_note_change(self, change: NoteChange) -> None:
+        self.db.write(note_store.RECORD, note_store.record_params(change))
+
+    def note_changes(self, chat_id: int, limit: int) -> list[NoteChange]:
+        rows = self.db.read(note_store.OF_CHAT, (chat_id, limit))
+        return note_store.changes_from_rows(rows)
 
     def supersede(self, old_id: int, new_id: int) -> None:
         with self.db.transaction():

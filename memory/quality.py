@@ -3,8 +3,10 @@
 
 A fact is dropped when it is too short or long, hedged, small talk, carries a secret
 (`memory.secrets`: keys, tokens, passwords, card numbers, private keys) or tries to
-instruct the assistant (role markers or prompt tags anywhere in it). Reasons never quote
-the fact, so a rejected secret does not reach a log or the runs table.
+instruct the assistant (role markers or prompt tags anywhere in it). Both are judged on the
+text with its hidden characters seen through (`memory.hidden_text`); what is kept is the
+visible text. Reasons never quote the fact, so a rejected secret does not reach a log or
+the runs table. AGENTS.md notes pass `refused_content` (no instruction, no secret).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from dataclasses import dataclass
 from unicodedata import east_asian_width
 
+from memory.hidden_text import judged_text, visible_text
 from memory.secrets import has_card_number, has_secret, luhn_valid, secret_kind
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "is_small_talk",
     "luhn_valid",
     "normalise",
+    "refused_content",
     "secret_kind",
 ]
 
@@ -161,19 +165,31 @@ def is_small_talk(text: str) -> bool:
     return bool(_SMALL_TALK.search(text))
 
 
+def refused_content(text: str) -> str | None:
+    """Why `text` may not be written to memory at all (an instruction or a secret), judged
+    as `judged_text` reads it: hidden tag text, look-alike letters and direction overrides
+    are seen through. None when it may."""
+    judged = judged_text(text)
+    if is_instruction(judged) or is_instruction(normalise(judged)):
+        return INSTRUCTION
+    kind = secret_kind(judged) or secret_kind(normalise(judged))
+    if kind is not None:
+        return f"{SECRET}: it looks like {kind}"
+    return None
+
+
 def check_fact(text: str) -> Verdict:
-    """Run the gate on one fact (instructions are looked for before the text is made one
-    line, so a role marker after a line break counts)."""
-    content = normalise(text)
+    """Run the gate on one fact. The fact kept is its visible text (`visible_text`: no
+    hidden characters); instructions and secrets are looked for in the judged text, before
+    it is made one line, so a role marker after a line break counts."""
+    content = normalise(visible_text(text))
     if weighted_length(content) < MIN_CHARS:
         return Verdict(content, False, f"too short ({len(content)} chars)")
     if len(content) > MAX_CHARS:
         return Verdict("", False, f"too long: {len(content):,} characters; {LIMIT_NOTE}")
-    if is_instruction(text) or is_instruction(content):
-        return Verdict("", False, INSTRUCTION)
-    kind = secret_kind(content)
-    if kind is not None:
-        return Verdict("", False, f"{SECRET}: it looks like {kind}")
+    refused = refused_content(text)
+    if refused is not None:
+        return Verdict("", False, refused)
     if _HEDGES.search(content):
         return Verdict(content, False, "hedged")
     if is_small_talk(content):

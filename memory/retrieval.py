@@ -10,6 +10,11 @@ are exact, from the chat's vectors held in memory (`memory.vector_cache`); BM25 
 and Jaccard overlaps from the chat's in-memory posting lists (`memory.keyword_cache`);
 BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
 its content.
+
+Time-aware (`time_aware=True`, the default): a query with temporal intent ("when …",
+"in May", "last week"; `memory.temporal.time_intent`, no model call) raises the candidates
+that name a time, and those created within the span it names (`time_boosts`). Measured on
+LoCoMo dev (`mnemo bench locomo --technique time-intent`): temporal cov@10 0.829 → 0.854.
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import date
 
 from core.clock import now_iso
 from memory.embeddings import Embedder
+from memory.expansion import apply_factors
 from memory.keyword_cache import bm25_ids, jaccard_ids
 from memory.store import Memory, MemoryStore
+from memory.temporal import time_boosts, time_intent
 from memory.vector_cache import chat_vectors
 
 logger = logging.getLogger(__name__)
@@ -102,12 +110,18 @@ def _hybrid(
 
 
 def rank_memories(
-    store: MemoryStore, chat_id: int | None, query: str, k: int, *, mode: str = "hybrid"
+    store: MemoryStore,
+    chat_id: int | None,
+    query: str,
+    k: int,
+    *,
+    mode: str = "hybrid",
+    time_aware: bool = True,
 ) -> list[RankedMemory]:
     """The `k` best active memories of this chat and global ones for `query`, best first.
 
     Vectors come from the store's embedder (none: knn and hybrid fall back to bm25). Ties
-    break by recency (last seen, then newest id).
+    break by recency (last seen, then newest id). `time_aware`: see the module docstring.
     """
     if k <= 0 or not query.strip():
         return []
@@ -124,7 +138,32 @@ def rank_memories(
         scored = jaccard_ids(store, chat_id, query)
     else:
         scored = bm25_ids(store, chat_id, query, depth)
+    if time_aware:
+        scored = rescore_by_time(store, query, scored)
     return _finish(store, chat_id, scored, k)
+
+
+def rescore_by_time(
+    store: MemoryStore, query: str, scored: Sequence[tuple[int, float]], today: date | None = None
+) -> list[tuple[int, float]]:
+    """`scored` re-ordered by the query's temporal intent (unchanged when it has none).
+
+    A memory's day is the day it was created. Reads the candidates' rows only when the
+    query has temporal intent."""
+    intent = time_intent(query, today or date.fromisoformat(now_iso()[:10]))
+    if not intent.any or not scored:
+        return list(scored)
+    memories = store.by_ids([item for item, _ in scored])
+    texts = {item: memory.content for item, memory in memories.items()}
+    days = {item: _day(memory.created_at) for item, memory in memories.items()}
+    return apply_factors(scored, time_boosts(intent, texts, days.get))
+
+
+def _day(stamp: str) -> date | None:
+    try:
+        return date.fromisoformat(stamp[:10])
+    except ValueError:
+        return None
 
 
 def _finish(

@@ -30,6 +30,7 @@ from memory.store import (
 from memory.terms import fts_query, token_list
 
 logger = logging.getLogger(__name__)
+_warned_no_secure_fts = False
 
 VEC_TABLE = "memories_vec"  # vec0: binary codes of the vectors, partitioned by chat scope
 FLOAT_TABLE = "memories_vec_float"  # the float32 vectors, for exact re-scoring
@@ -57,9 +58,38 @@ def embedding_text(content: str, context: str) -> str:
     return f"{context}\n{content}" if context else content
 
 
+def secure_fts_deletes(conn: Connection) -> bool:
+    """Make FTS5 take a deleted row's words out of the index's segments at once (its
+    'secure-delete' option, SQLite 3.44+, kept in the database) instead of leaving them
+    there until a merge. False, with one warning, on an older SQLite."""
+    global _warned_no_secure_fts
+    row = conn.execute("SELECT v FROM memories_fts_config WHERE k = 'secure-delete'").fetchone()
+    if row is not None and str(row[0]) == "1":
+        return True
+    try:
+        conn.execute("INSERT INTO memories_fts (memories_fts, rank) VALUES ('secure-delete', 1)")
+    except OperationalError as exc:
+        if not _warned_no_secure_fts:
+            logger.warning(
+                "SQLite %s has no FTS5 secure-delete (%s): forgetting a memory merges the"
+                " whole full-text index instead",
+                conn.info.sqlite_version,
+                exc,
+            )
+            _warned_no_secure_fts = True
+        return False
+    return True
+
+
+def _purge_fts(conn: Connection) -> None:
+    """Where FTS5 cannot secure-delete: merge every segment, dropping deleted words."""
+    conn.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+
+
 def index_keywords(
     conn: Connection, memory_id: int, chat_id: int | None, content: str, context: str = ""
 ) -> None:
+    secure_fts_deletes(conn)
     conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
     conn.execute(
         "INSERT INTO memories_fts (rowid, text, context, scope) VALUES (?, ?, ?, ?)",
@@ -69,13 +99,24 @@ def index_keywords(
 
 def unindex(conn: Connection, memory_id: int) -> None:
     """Remove a memory from both indexes (archived or deleted memories are never candidates)."""
+    secure = secure_fts_deletes(conn)
     conn.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
+    if not secure:
+        _purge_fts(conn)
     if conn.info.vec_loaded and vector_table_exists(conn):
         drop_vector(conn, memory_id)
 
 
 def unindex_all(conn: Connection, memory_ids: Sequence[int]) -> None:
     """Remove memories (about to be deleted) from both indexes and from supersede links."""
+    secure = not memory_ids or secure_fts_deletes(conn)
+    _unindex_batches(conn, memory_ids)
+    if not secure:
+        _purge_fts(conn)
+
+
+def _unindex_batches(conn: Connection, memory_ids: Sequence[int]) -> None:
+    """`unindex_all`'s deletes, 500 ids a statement."""
     for start in range(0, len(memory_ids), 500):
         batch = tuple(memory_ids[start : start + 500])
         marks = ", ".join("?" * len(batch))

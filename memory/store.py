@@ -81,6 +81,26 @@ class Tombstone:
 
 
 @dataclass(frozen=True)
+class NoteChange:
+    """One change of an AGENTS.md note file, or a refused attempt: who caused it (the
+    sender, the platform's message id and the stored message's), from which chat, what."""
+
+    chat_id: int | None  # the chat it came from: for a chat's own notes, that chat
+    scope: str  # global, channel or chat
+    action: str  # replace, append, clear or refused
+    via: str  # tool or dashboard
+    sender_id: str = ""
+    sender_name: str = ""
+    message_id: str = ""  # the platform's id of the message that asked
+    user_message_id: int = 0  # the stored message's row id (0: none)
+    chars_after: int = 0  # the file's length after the change
+    excerpt: str = ""  # the start of what was written ('' for a refusal)
+    reason: str = ""  # why it was refused
+    id: int = 0
+    changed_at: str = ""
+
+
+@dataclass(frozen=True)
 class Marks:
     """The last change-log entries a chat's keyword lists include: its scope and global."""
 
@@ -220,7 +240,9 @@ class MemoryStore(Protocol):
 
     def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
         """Delete a memory a person asked to forget, leaving a tombstone in the same
-        transaction; `speaker` is whose "I" the text uses (for `memory.forgetting`)."""
+        transaction; `speaker` is whose "I" the text uses (for `memory.forgetting`). Outside
+        a transaction, the engine's leftover copies of it are scrubbed too (SQLite: the WAL
+        is checkpointed; PostgreSQL: `memories` is vacuumed); the tombstone keeps its text."""
         ...
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
@@ -229,6 +251,14 @@ class MemoryStore(Protocol):
 
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
         """Drop tombstones: the person asked to remember the fact again."""
+        ...
+
+    def record_note_change(self, change: NoteChange) -> None:
+        """Log one change of an AGENTS.md file (or a refused attempt)."""
+        ...
+
+    def note_changes(self, chat_id: int, limit: int) -> list[NoteChange]:
+        """The newest `limit` note changes made from the chat, newest first."""
         ...
 
     def supersede(self, old_id: int, new_id: int) -> None:

@@ -9,6 +9,7 @@ from core.errors import InputError, ToolError
 from core.text import whole_number
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
+from memory.notes import NoteWrite, write_notes
 from memory.store import CATEGORIES, MAX_ID_DIGITS_READ, check_memory_id
 
 MAX_SEARCH_K = 50
@@ -56,19 +57,10 @@ class MemoryTools:
         return text or f"(the {scope} AGENTS.md is empty)"
 
     async def write_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
-        scope = scope_arg(args)
-        content = text_arg(args, "content", required=False)
-        if scope != "chat" and not turn.is_control_chat:
-            raise ToolError(f"only a control chat may write the {scope} AGENTS.md")
-        files, chat = self.keeper.files, turn.chat
-        if args.get("append"):
-            old = files.read(scope, chat.channel, chat.external_chat_id).rstrip("\n")
-            content = f"{old}\n{content}" if old else content
-        try:
-            files.write(scope, chat.channel, chat.external_chat_id, content)
-        except ValueError as exc:
-            raise ToolError(str(exc)) from exc
-        return f"saved the {scope} AGENTS.md ({len(content)} chars)"
+        write = NoteWrite(
+            scope_arg(args), text_arg(args, "content", required=False), bool(args.get("append"))
+        )
+        return write_notes(self.keeper, turn, write)
 
     async def search(self, turn: TurnContext, args: dict[str, Any]) -> str:
         query = text_arg(args, "query")
@@ -124,7 +116,8 @@ class MemoryTools:
             Tool(
                 "write_memory",
                 "Replace (or with append=true extend) an AGENTS.md note file. Only control "
-                "chats may write the global and channel scopes.",
+                "chats may write the global and channel scopes; in a group only an admin "
+                "may write. Notes state facts and preferences, never instructions or secrets.",
                 self.write_memory,
                 _schema(
                     {"scope": scope, "content": {"type": "string"}, "append": {"type": "boolean"}},

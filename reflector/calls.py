@@ -2,7 +2,8 @@
 reply told apart from a bad one.
 
 A batch that overflows the window, or whose reply is cut, is halved and asked again
-(`reflector.batching.Shape.smaller`) until one message is left, then that message's text.
+(`reflector.batching.Shape.smaller`) until one message is left, then that message's text;
+one whose reply stays unusable after a repair is halved too, a bounded number of times.
 
 The request asks for the reply's JSON schema in the form the model's server accepts
 (`reflector.reply_format`); a refused form falls back to the next one and the one that
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 USAGE_KIND = "reflector"
 FIRST_MODE: StructuredMode = "json_schema"
 CUT = "the reply was cut at max_tokens ({max_tokens} tokens)"
+UNUSABLE_SPLITS = 2  # halvings after replies unusable even when repaired, per batch
 REPAIR_MIN_CHARS = 200  # of the unusable reply echoed back in the repair request
 
 
@@ -52,6 +54,13 @@ def checked_reply(reply: str) -> dict[str, Any]:
     data = decode_reply(reply)
     parse_memories(data, CATEGORIES)
     return data
+
+
+def _asked(run: ChatRun, batch: Batch) -> None:
+    """Keep the range a batch asks about in its run."""
+    run.first_message_id = batch.transcript.first_id
+    run.last_message_id = batch.transcript.last_id
+    run.messages_seen = batch.transcript.count
 
 
 class ExtractionCalls:
@@ -84,19 +93,20 @@ class ExtractionCalls:
         """The reply to the largest batch of `messages` (not empty) that fits `shape` and
         the window and is answered in full; the range asked about is kept in `run`.
 
+        A reply unusable even after its repair is also retried on half the batch, at
+        most `UNUSABLE_SPLITS` times (a small model often manages fewer messages).
         Raises the last `ContextOverflow`, or `ReplyInvalid` (cut, or unusable after a
         repair), once nothing smaller is left to try.
         """
         extras = [
             PromptExtra(c.key, c.instructions(), c.listing(run.chat_id)) for c in self.contributors
         ]
+        unusable = 0
         while True:
             budget = budget_for(self.store, self.config, self.model)
             batch = plan_batch(budget, messages, shape, extras, known_for)
             assert batch is not None  # `messages` is not empty
-            run.first_message_id = batch.transcript.first_id
-            run.last_message_id = batch.transcript.last_id
-            run.messages_seen = batch.transcript.count
+            _asked(run, batch)
             if not batch.transcript.text:
                 return batch, {}  # tool messages only: nothing to ask
             error: LLMError
@@ -107,16 +117,17 @@ class ExtractionCalls:
                 error = ReplyInvalid(CUT.format(max_tokens=budget.max_tokens))
             except ContextOverflow as exc:
                 error = exc
+            except ReplyInvalid as exc:
+                unusable += 1
+                if unusable > UNUSABLE_SPLITS or batch.transcript.count == 1:
+                    raise
+                error = exc
             smaller = shape.smaller(batch.transcript)
             if smaller is None:
                 raise error
-            logger.info(
-                "chat %s: %s (%d messages); trying %d",
-                run.chat_id,
-                error,
-                batch.transcript.count,
-                smaller.max_messages,
-            )
+            count = batch.transcript.count
+            logger.info("chat %s: %s (%d messages); trying %d",
+                        run.chat_id, error, count, smaller.max_messages)  # fmt: skip
             shape = smaller
 
     async def ask(self, run: ChatRun, batch: Batch, budget: Budget) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from memory.hidden_text import visible_text
 from memory.quality import check_fact
 from memory.strategies.lifecycle import ARCHIVED
 from memory.strategies.store import Strategy, StrategyStore
@@ -172,7 +173,7 @@ def _add(
     if not verdict.accepted:
         tally.reject(f"ADD: {verdict.reason}")
         return
-    section = " ".join(operation.section.split())[:MAX_SECTION_CHARS] or "general"
+    section = " ".join(visible_text(operation.section).split())[:MAX_SECTION_CHARS] or "general"
     near = _near(store.for_chat(chat_id, include_global=False), verdict.content)
     if near is not None:
         store.tag(near.id, "helpful", run_id)

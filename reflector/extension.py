@@ -28,29 +28,29 @@ class ReflectorExtension(Extension):
             return []
         return [ReflectorService(self.reflector, self.config.reflector.interval_mins)]
 
-    async def before_compaction(self, turn: TurnContext) -> None:
-        """Save this chat's facts before its history is summarised away."""
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        """Save this chat's facts from its messages up to `up_to` before they are
+        summarised away; True once the reflector has read them all (or runs elsewhere)."""
         if not self.config.reflector.enabled:
-            return
-        try:
-            runs = await self.reflector.reflect_pending(turn.chat.id)
-        except Exception:  # compaction must go on whatever happens here
-            logger.exception("reflector pass before compaction failed for chat %s", turn.chat.id)
-            return
+            return True
+        chat_id = turn.chat.id
+        runs = await self.reflector.reflect_pending(chat_id, up_to=up_to)
         for run in runs:
             logger.info("reflector before compaction: %s", run.summary())
+        return self.reflector.cursor.position(chat_id) >= up_to
 
     async def checks(self) -> list[Check]:
+        """The schedule and the last run as it ended: a failed or skipped last run is a
+        warning with its reason, never "ok"."""
         if not self.config.reflector.enabled:
             return [Check("reflector", True, "disabled in this process ([reflector] enabled)")]
         recent = self.reflector.runs.recent(limit=1)
-        last = "no run yet"
-        if recent:
-            row = recent[0]
-            outcome = "ok" if row.ok else f"{row.status.upper()}: {row.error}"
-            last = f"last run {row.finished_at} {outcome}"
         detail = f"every {self.config.reflector.interval_mins:g} min, model {self.reflector.model}"
-        return [Check("reflector", True, f"{detail}; {last}", fatal=False)]
+        if not recent:
+            return [Check("reflector", True, f"{detail}; no run yet", fatal=False)]
+        row = recent[0]
+        last = f"last run #{row.id} {row.finished_at} (chat {row.chat_id}) {row.outcome}"
+        return [Check("reflector", row.ok, f"{detail}; {last}", fatal=False)]
 
     def chat_data(self, chat: Chat) -> dict[str, int]:
         return {RUNS: self.reflector.runs.count(chat.id)}

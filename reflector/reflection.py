@@ -2,10 +2,12 @@
 
 Per chat, up to `batch_messages` messages after the cursor, in batches that fit the
 model's window (`reflector.batching`). Per batch: claim the lease, ask the model
-(`reflector.calls`; a batch that overflows or whose reply is cut is halved and retried),
-gate and embed the facts off the event loop, then store the memories, move the cursor and
-log the run in ONE transaction. A failure writes nothing but a failed run row; the same
-messages are tried next pass, smaller. When the messages themselves keep failing
+(`reflector.calls`; a batch that overflows, or whose reply is cut or unusable, is halved
+and retried), gate the facts (quality, then grounding in the users' own words:
+`reflector.grounding`; each refusal counted with its reason) and embed them off the event
+loop, then store the memories, move the cursor and log the run in ONE transaction. A
+failure writes nothing but a failed run row; the same messages are tried next pass,
+smaller. When the messages themselves keep failing
 (`[reflector] max_attempts`), the batch is logged as skipped with a warning and the cursor
 moves past it: no chat stalls for good, and the messages stay in the chat.
 """
@@ -32,6 +34,7 @@ from reflector.calls import ExtractionCalls
 from reflector.contributors import PassContributor
 from reflector.extraction import Candidate, ExistingMemory, parse_memories
 from reflector.facts import FactWriter, PreparedFact
+from reflector.grounding import UNGROUNDED, Grounding
 from reflector.maintenance import MaintenanceReport, maintain
 from reflector.store import ChatRun, CursorStore, Lease, LeaseStore, RunStore
 
@@ -39,6 +42,12 @@ logger = logging.getLogger(__name__)
 
 NEWEST_KNOWN = 20
 RELEVANT_KNOWN = 20
+FORGOTTEN = "forgotten before"
+
+
+def gate_reason(reason: str) -> str:
+    """The kind of a quality-gate reason: "too short (5 chars)" → "too short"."""
+    return reason.split(" (", 1)[0].split(":", 1)[0]
 
 
 @dataclass
@@ -148,18 +157,23 @@ class Reflector:
         )
         return report
 
-    async def reflect_pending(self, chat_id: int, lease: Lease | None = None) -> list[ChatRun]:
-        """Up to `batch_messages` unseen messages of one chat, in as many batches as the
-        window needs, under one lease (`lease`, else claimed here; renewed between batches,
-        released at the end); stops at a batch that fails (the next pass tries it again)."""
+    async def reflect_pending(
+        self, chat_id: int, lease: Lease | None = None, *, up_to: int = 0
+    ) -> list[ChatRun]:
+        """Up to `batch_messages` unseen messages of one chat (and on, batch after batch,
+        until message `up_to` is read: the flush before a compaction), in as many batches
+        as the window needs, under one lease (`lease`, else claimed here; renewed between
+        batches, released at the end); stops at a batch that fails (the next pass tries it
+        again)."""
         held = lease or self.leases.claim(chat_id)
         if held is None:
             return [self._busy(chat_id)]
         runs: list[ChatRun] = []
-        left = self.config.reflector.batch_messages
+        size = self.config.reflector.batch_messages
+        left = size
         try:
-            while held is not None and left > 0:
-                run = await self._reflect_batch(held, left)
+            while held is not None and (left > 0 or self.cursor.position(chat_id) < up_to):
+                run = await self._reflect_batch(held, left if left > 0 else size)
                 runs.append(run)
                 if run.status not in ("done", "skipped"):
                     break
@@ -216,20 +230,31 @@ class Reflector:
         if batch.transcript.clipped:
             run.notes.append(f"{batch.transcript.clipped} long messages clipped")
         candidates, dropped = parse_memories(data, CATEGORIES) if data else ([], 0)
-        run.skipped += dropped
-        facts = await self._prepare(run, candidates)
+        run.skip("invalid item", dropped)
+        covered = [m for m in messages if m.id <= batch.transcript.last_id]
+        facts = await self._prepare(run, candidates, Grounding(covered))
         self._commit(run, lease, (start, batch.transcript.last_id), facts, data)
 
-    async def _prepare(self, run: ChatRun, candidates: list[Candidate]) -> list[PreparedFact]:
-        """Gate the candidates, then embed the survivors in a thread."""
+    async def _prepare(
+        self, run: ChatRun, candidates: list[Candidate], grounding: Grounding
+    ) -> list[PreparedFact]:
+        """Gate the candidates (quality, then grounding in the users' own words), then
+        embed the survivors in a thread."""
         kept: list[Candidate] = []
         for candidate in candidates:
             verdict = check_fact(candidate.content)
-            if verdict.accepted:
-                kept.append(Candidate(verdict.content, candidate.category, candidate.supersedes_id))
-            else:
-                run.skipped += 1
+            if not verdict.accepted:
+                run.skip(gate_reason(verdict.reason))
                 logger.debug("chat %s: fact dropped: %s", run.chat_id, verdict.reason)
+                continue
+            grounded = grounding.check(verdict.content)
+            if not grounded.grounded:
+                run.skip(UNGROUNDED)
+                logger.info(
+                    "chat %s: fact refused, %s: %r", run.chat_id, grounded.reason, verdict.content
+                )
+                continue
+            kept.append(Candidate(verdict.content, candidate.category, candidate.supersedes_id))
         kept = await self._not_forgotten(run, kept)
         if not kept:
             return []
@@ -256,7 +281,7 @@ class Reflector:
             vectors = dict(zip(texts, embedded, strict=True))
         kept = [c for c in candidates if repeated_tombstone(c.content, tombstones, vectors) is None]
         if len(kept) < len(candidates):
-            run.skipped += len(candidates) - len(kept)
+            run.skip(FORGOTTEN, len(candidates) - len(kept))
             run.notes.append(f"{len(candidates) - len(kept)} forgotten facts not learned again")
         return kept
 
@@ -278,7 +303,7 @@ class Reflector:
                 raise LeaseLost("another pass took this chat over; nothing stored")
             tally = FactWriter(self._memories or self._plain).write(run.chat_id, facts)
             run.added, run.updated, run.refreshed = tally.added, tally.updated, tally.refreshed
-            run.skipped += tally.skipped
+            run.skip(FORGOTTEN, tally.skipped)
             run.ok = True
             run.status = "done"
             run_id = self.runs.record(run)

@@ -31,7 +31,7 @@ _INT4 = 0x7FFFFFFF
 RUN_COLUMNS = (
     "id, chat_id, started_at, finished_at, messages_seen, memories_added, memories_updated,"
     " memories_refreshed, memories_skipped, model, ok, error, first_message_id,"
-    " last_message_id, status, batch_failed"
+    " last_message_id, status, batch_failed, skip_reasons"
 )
 
 
@@ -218,7 +218,8 @@ class DatabaseRunStore:
             "INSERT INTO reflector_runs (chat_id, started_at, first_message_id, last_message_id,"
             " messages_seen, memories_added, memories_updated, memories_refreshed,"
             " memories_skipped, model, prompt_tokens, completion_tokens, ok, error, status,"
-            " batch_failed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " batch_failed, skip_reasons)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             run_values(run),
         )
         assert row is not None
@@ -272,6 +273,7 @@ def run_values(run: ChatRun) -> tuple[Any, ...]:
         run.error,
         run.status if run.status in ("done", "skipped") else "failed",
         int(run.batch_failed),
+        run.skip_text(),
     )
 
 
@@ -294,4 +296,5 @@ def run_row(row: tuple[Any, ...]) -> RunRow:
         row[13],
         row[14],
         bool(row[15]),
+        row[16] or "",
     )

@@ -43,6 +43,18 @@ class ChatRun:
     # such failures count towards `[reflector] max_attempts`, then the batch is skipped.
     batch_failed: bool = False
     notes: list[str] = field(default_factory=list)  # what pass contributors did
+    # Why facts were not stored: {reason: how many}; their sum is `skipped`.
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+
+    def skip(self, reason: str, count: int = 1) -> None:
+        """Count `count` facts not stored, for `reason` (a short kind: "ungrounded")."""
+        if count > 0:
+            self.skipped += count
+            self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + count
+
+    def skip_text(self) -> str:
+        """The reasons as stored and shown: "2 ungrounded, 1 small talk" ('' for none)."""
+        return skip_text(self.skip_reasons)
 
     def summary(self) -> str:
         """One line for `mnemo reflect --once` and the log."""
@@ -60,8 +72,22 @@ class ChatRun:
         return (
             f"{head}{ids}, "
             f"{self.added} added, {self.updated} updated, {self.refreshed} refreshed, "
-            f"{self.skipped} skipped{notes}"
+            f"{skipped_phrase(self.skipped, self.skip_text())}{notes}"
         )
+
+
+def skip_text(reasons: dict[str, int]) -> str:
+    """{reason: count} as one line, the most frequent first."""
+    ordered = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{count} {reason}" for reason, count in ordered)
+
+
+def skipped_phrase(skipped: int, reasons: str) -> str:
+    """ "3 skipped (2 ungrounded, 1 small talk)"; a count stored before reasons were kept
+    says so."""
+    if not skipped:
+        return "0 skipped"
+    return f"{skipped} skipped ({reasons or 'reason not recorded'})"
 
 
 @dataclass(frozen=True)
@@ -82,6 +108,18 @@ class RunRow:
     last_message_id: int | None = None
     status: str = "done"  # done | failed | skipped
     batch_failed: bool = False
+    skip_reasons: str = ""  # "2 ungrounded, 1 small talk" (`ChatRun.skip_text`)
+
+    @property
+    def outcome(self) -> str:
+        """ok, FAILED: why, or SKIPPED: why (what doctor and Health say of the last run)."""
+        if self.status == "skipped":
+            return f"SKIPPED: {self.error}"
+        if not self.ok:
+            return f"FAILED: {self.error}"
+        if not self.skipped:
+            return "ok"
+        return f"ok, {skipped_phrase(self.skipped, self.skip_reasons)}"
 
     def summary(self) -> str:
         """One line of `mnemo reflect --runs`."""
@@ -90,13 +128,11 @@ class RunRow:
         )
         head = f"#{self.id} {self.finished_at} chat {self.chat_id}: {self.messages_seen} messages"
         head += f" ({span})" if span else ""
-        if self.status == "skipped":
-            return f"{head} SKIPPED: {self.error}"
-        if not self.ok:
-            return f"{head} FAILED: {self.error}"
+        if self.status == "skipped" or not self.ok:
+            return f"{head} {self.outcome}"
         return (
             f"{head}, {self.added} added, {self.updated} updated, {self.refreshed} refreshed, "
-            f"{self.skipped} skipped"
+            f"{skipped_phrase(self.skipped, self.skip_reasons)}"
         )
 
 

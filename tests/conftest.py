@@ -136,7 +136,8 @@ def mnemo_env() -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("OPENAI_", "TELEGRAM_", "DISCORD_")) and k != "MNEMO_CONFIG"
     }
-    env["PYTHONPATH"] = str(REPO)
+    inherited = [path for path in env.get("PYTHONPATH", "").split(os.pathsep) if path]
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *inherited])  # this checkout first
     return env
 
 

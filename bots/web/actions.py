@@ -7,7 +7,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from bots.web.auth import COOKIE, Gate, checked_form
+from bots.web.auth import COOKIE, Gate, checked_form, client_of
 from bots.web.dashboard import Dashboard
 from bots.web.pages import Pages
 from core.api import Chat
@@ -34,8 +34,14 @@ class Actions:
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
+        client = client_of(request)
         if not self.gate.token_matches(str(form.get("token", ""))):
-            return await self.login_form(request, "That is not the token of this dashboard.", 403)
+            wait = self.gate.throttle.failed(client)
+            later = f" Wait {wait} s before the next try." if wait else ""
+            return await self.login_form(
+                request, f"That is not the token of this dashboard.{later}", 403
+            )
+        self.gate.throttle.succeeded(client)
         session = self.gate.open_session()
         response = RedirectResponse(local_path(str(form.get("next", "/"))), status_code=303)
         response.set_cookie(COOKIE, session.id, httponly=True, samesite="strict", path="/")

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 from bots.web.actions import Actions
 from bots.web.auth import Gate, GateMiddleware
 from bots.web.dashboard import Dashboard
+from bots.web.door import LoginThrottle, allowed_hosts
 from bots.web.pages import Pages
 from core.api import Chat
 from core.errors import InputError
@@ -28,6 +29,7 @@ from core.text import whole_number
 from memory.store import MAX_MEMORY_ID
 
 HERE = Path(__file__).parent
+LOOPBACK = allowed_hosts("127.0.0.1")
 ChatHandler = Callable[[Request, Chat], Awaitable[Response]]
 MemoryHandler = Callable[[Request, Chat, int], Awaitable[Response]]
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -40,9 +42,15 @@ def _path_id(request: Request, name: str) -> int:
     return value
 
 
-def build_app(dashboard: Dashboard, token: str) -> Starlette:
-    """The dashboard over `dashboard`, opened by `token`."""
-    gate = Gate(token)
+def build_app(
+    dashboard: Dashboard,
+    token: str,
+    hosts: frozenset[str] = LOOPBACK,
+    throttle: LoginThrottle | None = None,
+) -> Starlette:
+    """The dashboard over `dashboard`, opened by `token`, answering to the Host names
+    `hosts` (default: loopback's), failed logins slowed by `throttle`."""
+    gate = Gate(token, throttle)
     pages = Pages(dashboard, Jinja2Templates(directory=str(HERE / "templates")))
 
     async def error_page(request: Request, exc: Exception) -> Response:
@@ -53,7 +61,7 @@ def build_app(dashboard: Dashboard, token: str) -> Starlette:
 
     return Starlette(
         routes=routes(dashboard, pages, Actions(dashboard, gate, pages)),
-        middleware=[Middleware(GateMiddleware, gate=gate)],
+        middleware=[Middleware(GateMiddleware, gate=gate, hosts=hosts)],
         exception_handlers={HTTPException: error_page},
     )
 
@@ -87,8 +95,14 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         Route(f"{chat}/strategies", in_chat(pages.strategies)),
         Route(f"{chat}/reflector", in_chat(pages.reflector)),
         Route(f"{chat}/context", in_chat(pages.context)),
+        # Browsers ask for /favicon.ico whatever the page links: no 404 in their console.
+        Route("/favicon.ico", _favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
+
+
+async def _favicon(request: Request) -> Response:
+    return FileResponse(HERE / "static" / "favicon.svg", media_type="image/svg+xml")
 
 
 def _chat_endpoint(dashboard: Dashboard, handler: ChatHandler) -> Endpoint:

@@ -1,11 +1,13 @@
 """Who may use the dashboard, and which writes are the operator's own.
 
-One token (`[web] token`, `MNEMO_WEB_TOKEN`, or a random one printed at start) opens
-every page: as `Authorization: Bearer …`, or typed once into the login form, which sets an
-HttpOnly, SameSite=Strict session cookie. A POST must come from the dashboard's own origin
-(the browser's Origin, else Referer, header) and, for a cookie session, carry the
-session's CSRF token in its form. Every answer says `Cache-Control: no-store`, so no page
-showing a memory outlives its forgetting in a cache.
+One token (`[web] token`, `MNEMO_WEB_TOKEN`, or a random one printed at start; at least
+24 characters) opens every page: as `Authorization: Bearer …`, or typed once into the login
+form, which sets an HttpOnly, SameSite=Strict session cookie. Before any of that, the Host
+header must be one of the dashboard's names, and a client that keeps sending wrong tokens
+must wait longer and longer (429), as `bots.web.door` decides. A POST must come from the
+dashboard's own origin (the browser's Origin, else Referer, header) and, for a cookie
+session, carry the session's CSRF token in its form. Every answer says `Cache-Control:
+no-store`, so no page showing a memory outlives its forgetting in a cache.
 """
 
 from __future__ import annotations
@@ -23,9 +25,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp
 
+from bots.web.door import LoginThrottle, host_name
+from core.config import MIN_WEB_TOKEN
+from core.errors import ConfigError
+
 COOKIE = "mnemo_session"
 MAX_SESSIONS = 64
-OPEN_PATHS = ("/login", "/static/")
+OPEN_PATHS = ("/login", "/static/", "/favicon.ico")
 SECURITY_HEADERS = {
     "Cache-Control": "no-store",
     "Pragma": "no-cache",
@@ -53,10 +59,14 @@ class Session:
 class Gate:
     """The token and the open sessions (in memory: a restart logs everyone out)."""
 
-    def __init__(self, token: str) -> None:
-        if not token:
-            raise ValueError("the dashboard needs a token")
+    def __init__(self, token: str, throttle: LoginThrottle | None = None) -> None:
+        if len(token) < MIN_WEB_TOKEN:
+            raise ConfigError(
+                f"the dashboard's token (MNEMO_WEB_TOKEN or [web] token) must be at least"
+                f" {MIN_WEB_TOKEN} characters"
+            )
         self.token = token
+        self.throttle = throttle or LoginThrottle()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
 
     def token_matches(self, given: str) -> bool:
@@ -80,6 +90,19 @@ class Gate:
         return scheme.lower() == "bearer" and bool(value) and self.token_matches(value.strip())
 
 
+def client_of(request: Request) -> str:
+    """Whom failed logins are counted against: the peer's address."""
+    return request.client.host if request.client is not None else ""
+
+
+def too_many(wait_s: int) -> Response:
+    return PlainTextResponse(
+        f"too many wrong tokens from your address; try again in {wait_s} s",
+        status_code=429,
+        headers={"Retry-After": str(wait_s)},
+    )
+
+
 def own_origin(request: Request) -> str:
     return f"{request.url.scheme}://{request.headers.get('host', '')}"
 
@@ -96,9 +119,10 @@ def same_origin(request: Request) -> bool:
 class GateMiddleware(BaseHTTPMiddleware):
     """Token or session on every page but the login form; same-origin writes; no caching."""
 
-    def __init__(self, app: ASGIApp, gate: Gate) -> None:
+    def __init__(self, app: ASGIApp, gate: Gate, hosts: frozenset[str]) -> None:
         super().__init__(app)
         self.gate = gate
+        self.hosts = hosts
 
     async def dispatch(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
@@ -107,10 +131,30 @@ class GateMiddleware(BaseHTTPMiddleware):
         response.headers.update(SECURITY_HEADERS)
         return response
 
+    def _front_door(self, request: Request) -> Response | None:
+        """A refusal for a foreign Host (DNS rebinding) or a client that must wait."""
+        name = host_name(request.headers.get("host", ""))
+        if name not in self.hosts:
+            return PlainTextResponse(
+                f"this dashboard does not answer to the host name {name!r}; if it is yours,"
+                " add it to [web] allowed_hosts",
+                status_code=421,
+            )
+        logging_in = request.method == "POST" and request.url.path == "/login"
+        if logging_in or "authorization" in request.headers:
+            wait = self.gate.throttle.retry_after(client_of(request))
+            if wait:
+                return too_many(wait)
+        return None
+
     async def _checked(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        if (refused := self._front_door(request)) is not None:
+            return refused
         bearer = self.gate.bearer(request)
+        if "authorization" in request.headers and not bearer:
+            self.gate.throttle.failed(client_of(request))
         writing = request.method not in ("GET", "HEAD", "OPTIONS")
         cross = not same_origin(request)
         # A bearer client (a script) sends no cookie, so it cannot be ridden cross-site;

@@ -41,7 +41,7 @@ async def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
         raise click.ClickException(
             f"cannot listen on {service.host}:{service.port}: {exc}"
         ) from None
-    extension.announce(url)
+    extension.announce(url, service.host)
     click.echo(f"dashboard: {url}/ (Ctrl-C to stop)", err=True)
     task = asyncio.create_task(service.run(), name="web")
     loop = asyncio.get_running_loop()

@@ -4,7 +4,7 @@ Reads: the dashboard store (overviews, per-day counts), memory's store and ranke
 same `MemoryKeeper.rank` a turn uses), the strategies' and the reflector's stores, and
 `/context`'s report. Writes: a memory's new text passes the quality gate and memory's
 store; forgetting leaves the tombstone `/forget` leaves; AGENTS.md is written by
-`FileMemory`. Nothing here runs SQL.
+`FileMemory`, and logged as the notes tool's writes are. Nothing here runs SQL.
 """
 
 from __future__ import annotations
@@ -25,15 +25,19 @@ from core.probes import model_checks
 from core.request_plan import RequestPlanner, pressure
 from core.storage import Storage
 from core.store import SessionStore
+from memory.hidden_text import visible_text
 from memory.injection import max_injectable, memories_section, select_within_budget
 from memory.keeper import MemoryKeeper
-from memory.store import Memory
+from memory.notes import EXCERPT_CHARS
+from memory.store import Memory, NoteChange
 from memory.strategies.store import Strategy, StrategyStore
 from reflector.store import CursorStore, RunRow, RunStore
 
 RECALL_SHOWN = 20
 CHAT_KINDS = ("private", "group", "channel", "thread")
-FORGOTTEN_BY = "the operator (dashboard)"
+OPERATOR = "the operator (dashboard)"
+FORGOTTEN_BY = OPERATOR
+NOTE_CHANGES_SHOWN = 100
 
 
 @dataclass(frozen=True)
@@ -167,11 +171,30 @@ class Dashboard:
             for scope in ("global", "channel", "chat")
         }
 
+    def note_changes(self, chat: Chat) -> list[NoteChange]:
+        """Who changed notes from this chat (and who was refused), newest first."""
+        return self.keeper.store.note_changes(chat.id, NOTE_CHANGES_SHOWN)
+
     def save_notes(self, chat: Chat, text: str) -> None:
+        """The operator's new text for the chat's AGENTS.md: no gate (the operator writes
+        the bot's instructions), but without hidden characters, and logged."""
+        text = visible_text(text)
         try:
             self.keeper.files.write("chat", chat.channel, chat.external_chat_id, text)
         except ValueError as exc:
             raise InputError(str(exc)) from exc
+        action = "replace" if text.strip() else "clear"
+        excerpt = text.strip()[:EXCERPT_CHARS]
+        change = NoteChange(
+            chat.id,
+            "chat",
+            action,
+            "dashboard",
+            sender_name=OPERATOR,
+            chars_after=len(text),
+            excerpt=excerpt,
+        )
+        self.keeper.store.record_note_change(change)
 
     # -- health ------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from bots.web.store import (
     CHAT_FIGURES_ORDER,
     CHAT_PAGE,
     CHAT_PAGE_ORDER,
+    REPLY_STATES,
     USAGE_SERIES,
     ChatOverview,
     CompactionMark,
@@ -25,6 +26,7 @@ from bots.web.store import (
     days_from_rows,
     entry_from_row,
     overview_from_row,
+    unanswered_from_rows,
 )
 from core.database import Database
 
@@ -74,6 +76,10 @@ class DatabaseDashboardStore:
             params,
         )
         return [entry_from_row(row) for row in reversed(rows)]
+
+    def unanswered(self, chat_id: int, first_id: int, last_id: int) -> dict[int, str]:
+        rows = self.db.read(REPLY_STATES, (chat_id, first_id, last_id))
+        return unanswered_from_rows(rows)
 
     def chat_person(self, chat_id: int) -> str:
         row = self.db.read_one(

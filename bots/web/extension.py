@@ -64,18 +64,28 @@ class WebExtension(Extension):
     def service(self, host: str | None = None, port: int | None = None) -> WebService:
         """The dashboard's server on `host:port` (default: `[web] host` and `port`)."""
         from bots.web.app import build_app
+        from bots.web.door import allowed_hosts
         from bots.web.service import WebService
 
         web = self.host.config.web
+        bound = web.host if host is None else host
+        names = allowed_hosts(bound, web.allowed_hosts)
         return WebService(
-            lambda: build_app(self.dashboard(), self.token),
-            web.host if host is None else host,
+            lambda: build_app(self.dashboard(), self.token, names),
+            bound,
             web.port if port is None else port,
         )
 
-    def announce(self, url: str) -> None:
-        """Say where the dashboard is; a generated token is printed (never logged)."""
+    def announce(self, url: str, host: str = "127.0.0.1") -> None:
+        """Say where the dashboard is; a generated token is printed (never logged); a bind
+        beyond loopback without TLS in front gets a loud warning."""
+        from bots.web.door import plain_http_warning
+
         logger.info("dashboard at %s", url)
+        warning = plain_http_warning(host, self.host.config.web.behind_tls)
+        if warning is not None:
+            logger.warning("%s", warning)
+            sys.stderr.write(f"\n{'!' * 78}\nmnemo web: {warning}\n{'!' * 78}\n\n")
         if self.token_generated:
             sys.stderr.write(
                 f"mnemo web: {url}/  token (random for this start; set [web] token or"
@@ -99,5 +109,5 @@ class _Announced:
 
     async def run(self) -> None:
         service = self.extension.service()
-        self.extension.announce(service.bind())
+        self.extension.announce(service.bind(), service.host)
         await service.run()

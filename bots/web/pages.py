@@ -14,7 +14,7 @@ from bots.web.charts import Share
 from bots.web.dashboard import Dashboard, session_pressure
 from core.api import Chat
 from core.clock import utc_now
-from core.model_profile import effective_window
+from core.model_profile import effective_window, model_label
 from core.text import whole_number
 
 CHATS_PER_PAGE = 50
@@ -26,6 +26,8 @@ PART_COLOURS = {
     "summary": "#b07aa1",
     "history": "#76b7b2",
     "newest message": "#f28e2b",
+    "tool schemas": "#8cd17d",
+    "framing": "#d4a6c8",
     "free": "#e8e8e8",
     "kept for the answer": "#bab0ac",
 }
@@ -37,6 +39,13 @@ SECTION_COLOURS = ("#59a14f", "#edc948", "#e15759", "#9c755f", "#ff9da7")
 def int_param(request: Request, name: str, default: int = 0) -> int:
     value = whole_number(request.query_params.get(name, ""))
     return default if value is None else value
+
+
+def page_param(request: Request, items: int, per_page: int) -> tuple[int, int]:
+    """(the page asked for, kept within 1 … the last page; how many pages there are): a
+    page beyond the last shows the last, and no offset outgrows a database integer."""
+    pages = max((items + per_page - 1) // per_page, 1)
+    return min(max(int_param(request, "page", 1), 1), pages), pages
 
 
 class Pages:
@@ -66,13 +75,12 @@ class Pages:
 
     async def chats(self, request: Request) -> Response:
         search = request.query_params.get("q", "")[:200]
-        page = max(int_param(request, "page", 1), 1)
         store = self.dashboard.store
-        rows = store.chat_overviews(search, CHATS_PER_PAGE, (page - 1) * CHATS_PER_PAGE)
         total = store.count_chats(search)
+        page, pages = page_param(request, total, CHATS_PER_PAGE)
+        rows = store.chat_overviews(search, CHATS_PER_PAGE, (page - 1) * CHATS_PER_PAGE)
         window, config = self.window(), self.dashboard.config
         pressures = {row.id: session_pressure(row, config, window) for row in rows}
-        pages = max((total + CHATS_PER_PAGE - 1) // CHATS_PER_PAGE, 1)
         return self.render(
             request,
             "chats.html",
@@ -89,6 +97,8 @@ class Pages:
         entries = self.dashboard.store.conversation(chat.id, before, MESSAGES_PER_PAGE)
         marks = {m.last_message_id: m for m in self.dashboard.store.compaction_marks(chat.id)}
         older = entries[0].id if len(entries) == MESSAGES_PER_PAGE else None
+        store = self.dashboard.store
+        unanswered = store.unanswered(chat.id, entries[0].id, entries[-1].id) if entries else {}
         return self.chat_page(
             request,
             chat,
@@ -97,13 +107,14 @@ class Pages:
             entries=entries,
             marks=marks,
             older=older,
+            unanswered=unanswered,
         )
 
     async def memories(self, request: Request, chat: Chat) -> Response:
         archived = request.query_params.get("archived") == "1"
         question = request.query_params.get("q", "")[:2000]
-        page = max(int_param(request, "page", 1), 1)
         found = self.dashboard.memories(chat, archived=archived)
+        page, pages = page_param(request, len(found), MEMORIES_PER_PAGE)
         start = (page - 1) * MEMORIES_PER_PAGE
         recall = self.dashboard.recall(chat, question) if question.strip() else None
         tombstones = self.dashboard.keeper.store.tombstones(chat.id)
@@ -115,7 +126,7 @@ class Pages:
             memories=found[start : start + MEMORIES_PER_PAGE],
             total=len(found),
             page=page,
-            pages=max((len(found) + MEMORIES_PER_PAGE - 1) // MEMORIES_PER_PAGE, 1),
+            pages=pages,
             archived=archived,
             recall=recall,
             question=question,
@@ -152,6 +163,7 @@ class Pages:
             "notes.html",
             "notes",
             notes=self.dashboard.notes(chat),
+            changes=self.dashboard.note_changes(chat),
             error=error,
             done=done,
             status=status,
@@ -233,7 +245,7 @@ class Pages:
             "health.html",
             health=health,
             config=self.dashboard.config,
-            model=self.dashboard.planner.model,
+            model=model_label(health.profile),
             model_checks=self.dashboard.model_checks,
             effective=self.window(),
         )
@@ -254,6 +266,8 @@ def context_bar(view: Any) -> Any:
         colour = SECTION_COLOURS[i % len(SECTION_COLOURS)]
         shares.append(Share(f"{meta.key} ({meta.source})", tokens, colour))
     shares.append(Share("newest message", report.newest_tokens, PART_COLOURS["newest message"]))
+    shares.append(Share("tool schemas", report.tools_tokens, PART_COLOURS["tool schemas"]))
+    shares.append(Share("framing", max(report.framing_tokens, 0), PART_COLOURS["framing"]))
     used = sum(share.value for share in shares)
     shares.append(Share("free", max(report.effective_window - used, 0), PART_COLOURS["free"]))
     reserve = report.context_window - report.effective_window

@@ -122,6 +122,12 @@ class DashboardStore(Protocol):
         memories speak in, for a tombstone."""
         ...
 
+    def unanswered(self, chat_id: int, first_id: int, last_id: int) -> dict[int, str]:
+        """The chat's user messages with ids in [first_id, last_id] that got no delivered
+        answer, each with why: "no reply yet", "answered with an error" (the model never
+        answered), "reply not delivered". Messages that needed no reply are not listed."""
+        ...
+
     def compaction_marks(self, chat_id: int) -> list[CompactionMark]:
         """The chat's compactions, oldest first."""
         ...
@@ -170,6 +176,13 @@ CHAT_FIGURES = (
     " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
 )
 CHAT_FIGURES_ORDER = " ORDER BY p.last_id DESC NULLS LAST, p.id DESC"
+# A page's user messages with their inbox state and reply.
+REPLY_STATES = (
+    "SELECT i.message_id, i.state, coalesce(o.is_error, 0),"
+    " CASE WHEN o.delivered_at IS NULL THEN 0 ELSE 1 END"
+    " FROM inbox i LEFT JOIN outbox o ON o.inbox_id = i.id"
+    " WHERE i.chat_id = ? AND i.message_id BETWEEN ? AND ?"
+)
 USAGE_SERIES = {"kind": "kind", "model": "model"}  # the column each "tokens by" series groups
 
 
@@ -220,3 +233,17 @@ def entry_from_row(row: Sequence[Any]) -> ConversationEntry:
 def days_from_rows(rows: Sequence[Sequence[Any]]) -> list[DayCount]:
     """(day, series, count) rows as `DayCount`s."""
     return [DayCount(str(row[0]), str(row[1]), int(row[2] or 0)) for row in rows]
+
+
+def unanswered_from_rows(rows: Sequence[Sequence[Any]]) -> dict[int, str]:
+    """(message_id, inbox state, reply is_error, reply delivered) rows → {message id: why
+    it has no delivered answer}, for the messages that lack one."""
+    found: dict[int, str] = {}
+    for message_id, state, is_error, delivered in rows:
+        if state == "pending":
+            found[int(message_id)] = "no reply yet"
+        elif state == "answered" and int(is_error):
+            found[int(message_id)] = "answered with an error"
+        elif state == "answered" and not int(delivered):
+            found[int(message_id)] = "reply not delivered"
+    return found

@@ -11,7 +11,8 @@ chat template that refuses a late system message (500, as a Mistral-style templa
 raises), a model without tool support (400, as Ollama answers), a server without
 `json_schema` structured output (500, llama-cpp-python's validation error), a template
 that drops the tool schemas from the prompt, llama.cpp's `/props`, vLLM's
-`max_model_len` and Ollama's `/api/show`, `/api/ps` and "not found, try pulling it first".
+`max_model_len` and Ollama's `/api/tags`, `/api/show`, `/api/ps` and "not found, try
+pulling it first".
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class ServerTraits:
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
 
     def models_body(self) -> dict[str, Any]:
-        entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in self.served]
+        names = self.ollama_names() if self.ollama else list(self.served)
+        entries: list[dict[str, Any]] = [{"id": name, "object": "model"} for name in names]
         if self.max_model_len:
             for entry in entries:
                 entry["max_model_len"] = self.max_model_len
@@ -82,6 +84,14 @@ class ServerTraits:
         capabilities = ["completion", *(["tools"] if self.ollama.tools else [])]
         info = {"llama.context_length": 131072}
         return 200, {"parameters": parameters, "capabilities": capabilities, "model_info": info}
+
+    def ollama_names(self) -> list[str]:
+        """The pulled models, named as Ollama lists them (`name:tag`)."""
+        return [name if ":" in name else f"{name}:latest" for name in self.served]
+
+    def ollama_tags(self) -> dict[str, Any]:
+        names = self.ollama_names()
+        return {"models": [{"name": name, "model": name, "size": 2_019_393_189} for name in names]}
 
     def ollama_ps(self) -> dict[str, Any]:
         if self.ollama is None or not self.ollama.running_ctx:
@@ -200,6 +210,8 @@ class FakeOpenAIServer(LoopbackServer):
             return 200, json.dumps({"version": "0.12.0"})
         if path == "/api/ps" and traits.ollama:
             return 200, json.dumps(traits.ollama_ps())
+        if path == "/api/tags" and traits.ollama:
+            return 200, json.dumps(traits.ollama_tags())
         return 404, NOT_FOUND
 
     def answer_post(self, path: str, request: dict[str, Any]) -> tuple[int, str]:

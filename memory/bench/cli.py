@@ -20,6 +20,7 @@ import click
 
 from core.database import PostgresDatabase, SqliteDatabase
 from core.storage import Storage
+from memory.bench.techniques import TECHNIQUES
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
 CHANGED_QUERIES = 100  # `bench memory`: queries each just after a new memory
@@ -52,15 +53,85 @@ query_precision_option = click.option(
     show_default=True,
     help="One memory per dialog turn, or the dataset's observation facts.",
 )
+@click.option(
+    "--technique",
+    "techniques",
+    multiple=True,
+    type=click.Choice([*TECHNIQUES, "none"]),
+    help="Repeatable; default: the kept ones (see `memory.bench.techniques.DEFAULT`). "
+    "`none`: the plain ranking.",
+)
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Run the plain ranking, each technique alone, the defaults and all together.",
+)
+@click.option(
+    "--embedding-cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file keeping vectors between runs (made when missing).",
+)
 @query_precision_option
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
 def bench_locomo(
-    path: Path, retriever: str, kind: str, query_precision: str, as_json: bool
+    path: Path,
+    retriever: str,
+    kind: str,
+    techniques: tuple[str, ...],
+    compare: bool,
+    embedding_cache: Path | None,
+    query_precision: str,
+    as_json: bool,
 ) -> None:
     """Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."""
-    from memory.bench.locomo import run_locomo
+    from memory.bench.techniques import DEFAULT
 
     embedder = _embedder_for(retriever, query_precision)
+    if embedder is not None:
+        from memory.bench.embedding_cache import CachingEmbedder
+
+        embedder = CachingEmbedder(embedder, embedding_cache)
+    chosen = DEFAULT if not techniques else frozenset(techniques) - {"none"}
+    runs = _compare_runs(chosen) if compare else {_run_name(chosen): chosen}
+    summaries = {}
+    for name, selected in runs.items():
+        summaries[name] = _locomo_once(path, retriever, kind, embedder, selected, as_json)
+        summaries[name].update(
+            retriever=retriever,
+            memories=kind,
+            query_precision=query_precision,
+            techniques=sorted(selected),
+        )
+        if not as_json:
+            _print_locomo(name, summaries[name])
+    if embedder is not None:
+        embedder.save()
+    if as_json:
+        click.echo(json.dumps(summaries if compare else summaries[name], indent=2))
+
+
+def _run_name(techniques: frozenset[str]) -> str:
+    return "+".join(sorted(techniques)) or "none"
+
+
+def _compare_runs(chosen: frozenset[str]) -> dict[str, frozenset[str]]:
+    from memory.bench.techniques import DEFAULT, TECHNIQUES
+
+    runs = {"none": frozenset[str]()}
+    runs.update({name: frozenset({name}) for name in TECHNIQUES})
+    runs["default"] = DEFAULT
+    runs["all"] = frozenset(TECHNIQUES)
+    if chosen not in runs.values():
+        runs[_run_name(chosen)] = chosen
+    return runs
+
+
+def _locomo_once(
+    path: Path, retriever: str, kind: str, embedder: Any, techniques: frozenset[str], quiet: bool
+) -> dict[str, Any]:
+    from memory.bench.locomo import run_locomo
+
     with tempfile.TemporaryDirectory(prefix="mnemo-locomo-") as work:
         result = run_locomo(
             path,
@@ -68,23 +139,26 @@ def bench_locomo(
             retriever=retriever,
             embedder=embedder,
             use_observations=kind == "observations",
-            on_sample=None if as_json else lambda sid: click.echo(f"  {sid} done", err=True),
+            on_sample=None if quiet else lambda sid: click.echo(f"  {sid} done", err=True),
+            techniques=techniques,
         )
-    summary = result.summary()
-    summary.update(retriever=retriever, memories=kind, query_precision=query_precision)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-        return
+    return result.summary()
+
+
+def _print_locomo(name: str, summary: dict[str, Any]) -> None:
     click.echo(
-        f"{LOCOMO_CREDIT}; retriever={retriever}, memories={kind}, queries={query_precision}"
+        f"{LOCOMO_CREDIT}; retriever={summary['retriever']}, memories={summary['memories']}, "
+        f"queries={summary['query_precision']}, techniques={name}"
     )
     click.echo(
         f"questions: {summary['n_questions']} "
         f"(skipped without evidence: {summary['n_skipped_no_evidence']})"
     )
     click.echo(f"cov@5 {summary['cov@5']:.3f}  cov@10 {summary['cov@10']:.3f}")
-    for name, figures in summary["by_category"].items():
-        click.echo(f"  {name:<12} cov@5 {figures['cov@5']:.3f}  cov@10 {figures['cov@10']:.3f}")
+    for category, figures in summary["by_category"].items():
+        click.echo(f"  {category:<12} cov@5 {figures['cov@5']:.3f}  cov@10 {figures['cov@10']:.3f}")
+    per = "  ".join(f"{sid} {cov:.3f}" for sid, cov in summary["by_conversation"]["cov@10"].items())
+    click.echo(f"  cov@10 by conversation: {per}")
     click.echo(
         f"ranking latency ms: p50 {summary['latency_ms_p50']:.2f}  "
         f"p95 {summary['latency_ms_p95']:.2f}"

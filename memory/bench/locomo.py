@@ -12,17 +12,20 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from core.database import SqliteDatabase
 from core.db import connect
 from core.session_store import DatabaseSessionStore
+from memory.bench.techniques import Candidates, Refiner, ranked_text
 from memory.embeddings import Embedder
 from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import rank_memories
 from memory.sqlite_index import embedding_text
 from memory.store import MemoryStore
+from memory.temporal import parse_locomo_datetime
 
 CATEGORY_NAMES = {
     1: "multi-hop",
@@ -33,6 +36,7 @@ CATEGORY_NAMES = {
 }
 _DIA_ID = re.compile(r"D:?(\d+):(\d+)")
 CONTEXT_TURNS = 1  # turns before a turn stored as its memory's context (turn memories only)
+DEPTH = 50  # candidates ranked per question before the second-stage techniques
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Item:
     content: str
     dia_ids: frozenset[str]
     context: str = ""
+    day: date | None = None  # the session's date
+    session: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,11 +62,24 @@ class Result:
     n_questions: int = 0
     n_skipped: int = 0
     coverage: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # k → [(cat, cov)]
+    samples: dict[int, list[str]] = field(default_factory=dict)  # k → sample of each entry
     latencies_ms: list[float] = field(default_factory=list)
 
-    def cov(self, k: int, category: int | None = None) -> float:
-        values = [c for cat, c in self.coverage.get(k, []) if category in (None, cat)]
+    def cov(self, k: int, category: int | None = None, sample: str | None = None) -> float:
+        names = self.samples.get(k, [])
+        values = [
+            c
+            for index, (cat, c) in enumerate(self.coverage.get(k, []))
+            if category in (None, cat) and sample in (None, names[index])
+        ]
         return statistics.fmean(values) if values else 0.0
+
+    def by_sample(self, k: int = 10) -> dict[str, float]:
+        """cov@k of each conversation (for leave-one-conversation-out checks)."""
+        return {
+            name: round(self.cov(k, sample=name), 4)
+            for name in dict.fromkeys(self.samples.get(k, []))
+        }
 
     def latency(self, quantile: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -78,6 +97,7 @@ class Result:
             CATEGORY_NAMES.get(cat, str(cat)): {f"cov@{k}": round(self.cov(k, cat), 4) for k in ks}
             for cat in sorted({cat for cat, _ in self.coverage.get(ks[0], [])})
         }
+        data["by_conversation"] = {f"cov@{k}": self.by_sample(k) for k in ks}
         return data
 
 
@@ -89,13 +109,26 @@ def normalise_dia_ids(raw: object) -> set[str]:
 
 def sessions(conversation: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
     """The session_N turn lists in order (date keys without a session are ignored)."""
+    for _, _, turns in dated_sessions(conversation):
+        yield turns
+
+
+def dated_sessions(
+    conversation: dict[str, Any],
+) -> Iterator[tuple[int, date | None, list[dict[str, Any]]]]:
+    """(number, date, turns) of each session, in order."""
     numbers = sorted(
         int(key.split("_")[1])
         for key, value in conversation.items()
         if re.fullmatch(r"session_\d+", key) and isinstance(value, list)
     )
     for number in numbers:
-        yield conversation[f"session_{number}"]
+        yield number, session_day(conversation, number), conversation[f"session_{number}"]
+
+
+def session_day(conversation: dict[str, Any], number: int) -> date | None:
+    stamp = parse_locomo_datetime(str(conversation.get(f"session_{number}_date_time", "")))
+    return stamp.date() if stamp is not None else None
 
 
 def turn_text(turn: dict[str, Any]) -> str:
@@ -108,11 +141,11 @@ def turn_text(turn: dict[str, Any]) -> str:
 def turn_items(sample: dict[str, Any]) -> list[Item]:
     """One memory per dialog turn, with the turn before it (same session) as its context."""
     items: list[Item] = []
-    for turns in sessions(sample["conversation"]):
+    for number, day, turns in dated_sessions(sample["conversation"]):
         texts = [turn_text(turn) for turn in turns]
         for index, turn in enumerate(turns):
             context = " ".join(texts[max(0, index - CONTEXT_TURNS) : index])
-            items.append(Item(texts[index], frozenset({turn["dia_id"]}), context))
+            items.append(Item(texts[index], frozenset({turn["dia_id"]}), context, day, number))
     return items
 
 
@@ -120,9 +153,12 @@ def observation_items(sample: dict[str, Any]) -> list[Item]:
     """The dataset's observation facts, each tied to the turn(s) it came from."""
     items: list[Item] = []
     for key in sorted(sample["observation"], key=lambda k: int(re.findall(r"\d+", k)[0])):
+        number = int(re.findall(r"\d+", key)[0])
+        day = session_day(sample["conversation"], number)
         for facts in sample["observation"][key].values():
             for fact, dia in facts:
-                items.append(Item(str(fact), frozenset(normalise_dia_ids(dia))))
+                dia_ids = frozenset(normalise_dia_ids(dia))
+                items.append(Item(str(fact), dia_ids, "", day, number))
     return items
 
 
@@ -155,6 +191,7 @@ def evaluate_sample(
     use_observations: bool,
     result: Result,
     ks: tuple[int, ...] = (5, 10),
+    techniques: frozenset[str] = frozenset(),
 ) -> None:
     """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
     conn = connect(db_path)
@@ -164,29 +201,49 @@ def evaluate_sample(
         )
         store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
         items = observation_items(sample) if use_observations else turn_items(sample)
-        vectors: list[list[float] | None] = (
-            list(embedder.embed([embedding_text(item.content, item.context) for item in items]))
-            if embedder is not None and store.vectors_enabled
-            else [None] * len(items)
-        )
-        turns_of: dict[int, frozenset[str]] = {}
-        for item, vector in zip(items, vectors, strict=True):
-            memory_id = store.add(
-                chat.id,
-                item.content,
-                "EVENT",
-                source="locomo",
-                embedding=vector,
-                context=item.context,
-            )
-            turns_of[memory_id] = item.dia_ids
-        known = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
-        asked, skipped = questions(sample, known)
+        turns_of, known = _ingest(store, chat.id, items, embedder, techniques)
+        turns = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
+        asked, skipped = questions(sample, turns)
         result.n_skipped += skipped
+        refiner = Refiner(techniques, known)
+        name = str(sample.get("sample_id", ""))
         for question in asked:
-            _score(store, chat.id, question, turns_of, retriever, result, ks)
+            _score(store, chat.id, question, turns_of, retriever, result, ks, refiner, name)
     finally:
         conn.close()
+
+
+def _ingest(
+    store: MemoryStore,
+    chat_id: int,
+    items: list[Item],
+    embedder: Embedder | None,
+    techniques: frozenset[str],
+) -> tuple[dict[int, frozenset[str]], Candidates]:
+    """Store every item as a memory; (dialog turns of each memory id, second-stage facts)."""
+    texts = [ranked_text(item.content, item.day, techniques) for item in items]
+    vectors: list[list[float] | None] = (
+        list(
+            embedder.embed(
+                [embedding_text(t, i.context) for t, i in zip(texts, items, strict=True)]
+            )
+        )
+        if embedder is not None and store.vectors_enabled
+        else [None] * len(items)
+    )
+    turns_of: dict[int, frozenset[str]] = {}
+    known = Candidates()
+    by_session: dict[int, list[int]] = {}
+    for item, text, vector in zip(items, texts, vectors, strict=True):
+        memory_id = store.add(
+            chat_id, text, "EVENT", source="locomo", embedding=vector, context=item.context
+        )
+        turns_of[memory_id] = item.dia_ids
+        known.add(memory_id, item.content, item.day, vector)
+        by_session.setdefault(item.session, []).append(memory_id)
+    for ids in by_session.values():
+        known.link_session(ids)
+    return turns_of, known
 
 
 def _score(
@@ -197,17 +254,23 @@ def _score(
     retriever: str,
     result: Result,
     ks: tuple[int, ...],
+    refiner: Refiner,
+    sample: str,
 ) -> None:
     started = time.perf_counter()
-    ranked = rank_memories(store, chat_id, question.text, max(ks), mode=retriever)
+    # Not time-aware here: rows are created now; the refiner dates them by their session.
+    depth = max(DEPTH, *ks)
+    ranked = rank_memories(store, chat_id, question.text, depth, mode=retriever, time_aware=False)
+    ranking = refiner.refine(question.text, [(r.memory.id, r.score) for r in ranked])
     result.latencies_ms.append((time.perf_counter() - started) * 1000)
     result.n_questions += 1
     for k in ks:
         found: set[str] = set()
-        for item in ranked[:k]:
-            found |= turns_of.get(item.memory.id, frozenset())
+        for item, _ in ranking[:k]:
+            found |= turns_of.get(item, frozenset())
         share = len(found & question.evidence) / len(question.evidence)
         result.coverage.setdefault(k, []).append((question.category, share))
+        result.samples.setdefault(k, []).append(sample)
 
 
 def run_locomo(
@@ -218,6 +281,7 @@ def run_locomo(
     embedder: Embedder | None,
     use_observations: bool = False,
     on_sample: Callable[[str], None] | None = None,
+    techniques: frozenset[str] = frozenset(),
 ) -> Result:
     """Evaluate every sample of the LoCoMo file at `path`, one database per sample."""
     result = Result()
@@ -229,6 +293,7 @@ def run_locomo(
             embedder=embedder,
             use_observations=use_observations,
             result=result,
+            techniques=techniques,
         )
         if on_sample is not None:
             on_sample(str(sample.get("sample_id", number)))

@@ -124,3 +124,27 @@ def test_on_postgresql_backup_and_restore_point_to_pg_dump(
         assert result.returncode != 0
         assert result.stderr.strip().splitlines() == [f"Error: {PG_BACKUP}"]
     assert list(tmp_path.iterdir()) == [tmp_path / "config.toml"]
+
+
+def test_restore_refuses_junk_and_the_live_database_in_one_line(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    data = tmp_path / "data"
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
+    connect(data / "mnemo.db").close()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(bytes(range(256)) * 64)
+    refused = run_mnemo(["restore", str(junk), "--yes"], config, timeout=60)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"Error: {junk} is not a readable SQLite database (file is not a database)"
+    ]
+    before = (data / "mnemo.db").read_bytes()
+    for path in (data / "mnemo.db", Path("data/mnemo.db")):  # as given, and from the cwd
+        itself = run_mnemo(["restore", str(path), "--yes"], config, timeout=30)
+        assert itself.returncode != 0 and "Traceback" not in itself.stderr
+        assert itself.stderr.strip().splitlines() == [
+            "Error: the backup to restore is the database itself; name a backup file"
+        ]
+    assert (data / "mnemo.db").read_bytes() == before
+    assert not list(data.glob("mnemo.db.before-restore-*"))

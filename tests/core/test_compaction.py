@@ -286,8 +286,9 @@ class FlushRecorder(Extension):
         self.server = server
         self.calls: list[int] = []
 
-    async def before_compaction(self, turn: TurnContext) -> None:
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
         self.calls.append(len(self.server.requests))
+        return True
 
 
 async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_window(
@@ -448,3 +449,72 @@ def test_split_counts_the_context_blocks_kept_on_user_messages() -> None:
     assert split_for_compaction(plain, 400, 2, estimator)[0] == []
     old, recent = split_for_compaction(with_blocks, 400, 2, estimator)
     assert old and len(recent) < len(with_blocks)
+
+
+class FailingFlush(Extension):
+    """A memory flush that fails its first `failures` calls (the reflector on a batch a
+    small model cannot answer), recording each call as (up_to, requests sent before)."""
+
+    name = "failing-flush"
+
+    def __init__(self, server: FakeOpenAIServer, failures: int) -> None:
+        self.server = server
+        self.failures = failures
+        self.calls: list[tuple[int, int]] = []
+
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        self.calls.append((up_to, len(self.server.requests)))
+        return len(self.calls) > self.failures
+
+
+def _flush_runtime(runtime: Runtime, fake_llm: FakeOpenAIServer, failures: int) -> FailingFlush:
+    runtime.config.llm.context_window = 6_000
+    runtime.config.llm.max_output_tokens = 1_000
+    flush = FailingFlush(fake_llm, failures)
+    runtime.extensions.add(flush)
+    fake_llm.responder = _summary_responder([])
+    return flush
+
+
+async def test_a_failed_flush_holds_the_compaction_back_until_it_succeeds(
+    runtime: Runtime, fake_llm: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush = _flush_runtime(runtime, fake_llm, failures=1)
+    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+        turns = 0
+        while not runtime.store.compactions(1):
+            await runtime.agent.handle(Inbound("terminal", "f", f"turn {turns}: " + "v" * 1_200))
+            turns += 1
+            assert turns < 40, "never compacted"
+    [compaction] = runtime.store.compactions(1)
+    assert len(flush.calls) == 2  # held back once, then the flush succeeded
+    assert sum("held back (1 of 3)" in r.getMessage() for r in caplog.records) == 1
+    assert not any("goes ahead" in r.getMessage() for r in caplog.records)
+    # The retry flushed before summarising: a flush that fails again costs no summary.
+    (_, before_retry) = flush.calls[1]
+    assert is_summary_request(fake_llm.requests[before_retry]["messages"])
+    assert len(_summary_requests(fake_llm)) == 2  # the held-back try's, and this one
+    # The flush covered the compacted part, whatever it held back before.
+    assert flush.calls[1][0] >= compaction.last_message_id
+
+
+async def test_a_flush_that_keeps_failing_holds_back_at_most_three_times_then_warns(
+    runtime: Runtime, fake_llm: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    flush = _flush_runtime(runtime, fake_llm, failures=100)
+    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+        turns = 0
+        while not runtime.store.compactions(1):
+            await runtime.agent.handle(Inbound("terminal", "g", f"turn {turns}: " + "v" * 1_200))
+            turns += 1
+            assert turns < 40, "never compacted"
+    messages = [r.getMessage() for r in caplog.records]
+    held = [m for m in messages if "held back" in m and "goes ahead" not in m]
+    [ahead] = [m for m in messages if "goes ahead" in m]
+    assert 1 <= len(held) <= 3 and len(flush.calls) == len(held) + 1
+    assert "may be lost" in ahead
+    # Only the first try summarised before flushing; the later ones flushed first.
+    assert len(_summary_requests(fake_llm)) == 2
+    estimator = TokenEstimator(4.0)
+    for request in fake_llm.requests:  # held back, yet every request stayed in the window
+        assert estimator.request(request["messages"], request.get("tools")) <= 5_000

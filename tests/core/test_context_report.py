@@ -11,9 +11,11 @@ import pytest
 from bots.runtime import Runtime
 from core.api import ContextSection, Extension, Inbound, TurnContext
 from core.config import Config
+from core.context_report import context_report
 from core.db import connect
 from core.request_plan import pressure
 from core.testing.fake_openai import FakeOpenAIServer
+from core.tokens import REQUEST_OVERHEAD_TOKENS, TokenEstimator
 from migrations import migrate
 from tests.conftest import REPO, run_mnemo, write_config
 from tests.core.support import light_runtime
@@ -63,6 +65,29 @@ async def test_context_command_shows_sections_sizes_and_pressure(
     assert "pressure low" in text
     assert "compactions: 0, tokens saved: 0" in text
     assert "calibration:" in text and "after 1 samples" in text
+
+
+async def test_context_accounts_for_every_token_tool_schemas_included(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    runtime.extensions.add(Sections())
+    await runtime.agent.handle(Inbound("terminal", "sum", "hello there"))
+    chat = runtime.store.find_chat("terminal", "sum")
+    assert chat is not None
+    turn = TurnContext(chat, Inbound("terminal", "sum", "and now?"))
+    sections = await runtime.extensions.context_sections(turn)
+    report = context_report(runtime.planner, chat, sections)
+    assert sum(report.parts().values()) == report.total_tokens
+    schemas = runtime.extensions.tools.schemas()
+    assert report.tool_count == len(schemas) >= 2
+    assert report.tools_tokens == TokenEstimator(report.chars_per_token).chars(
+        len(json.dumps(schemas, ensure_ascii=False))
+    )
+    assert report.tools_tokens > report.total_tokens // 20  # not a rounding error
+    # What is left is the answer's header and per-message rounding, nothing hidden.
+    assert REQUEST_OVERHEAD_TOKENS <= report.framing_tokens <= REQUEST_OVERHEAD_TOKENS + 8
+    text = (await runtime.agent.handle(Inbound("terminal", "sum", "/context"))).text
+    assert f"tool schemas: {len(schemas)} tools, ~" in text and "framing: ~" in text
 
 
 async def test_context_shows_compactions_and_saved_tokens(

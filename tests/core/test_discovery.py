@@ -135,3 +135,23 @@ async def test_doctor_warns_when_config_and_server_disagree(store: DatabaseSessi
     lines = await _checks(ServerTraits(props=True, n_ctx=2048), store, context_window=8192)
     assert lines["context window"].startswith("[warn]")
     assert "server says 2048" in lines["context window"]
+
+
+@pytest.mark.parametrize(
+    ("traits", "configured", "label"),
+    [
+        # llama.cpp serves its one model whatever `[llm] model` names: the label is its id.
+        (ServerTraits(served=("SmolLM2",), props=True, n_ctx=2048), "llama3.2", "SmolLM2"),
+        (ServerTraits(served=("l3", "q"), ollama=OllamaTraits()), "l3", "l3:latest"),
+        (ServerTraits(served=("a/b", "c/d"), max_model_len=4096), "c/d", "c/d"),
+        # Several models and none of them the configured one: nothing to say.
+        (ServerTraits(served=("x", "y")), "z", "z"),
+    ],
+)  # fmt: skip
+async def test_the_label_is_the_id_the_server_reports(
+    store: DatabaseSessionStore, traits: ServerTraits, configured: str, label: str
+) -> None:
+    await _discover(traits, store, configured)
+    profile = load_profile(store, configured)
+    assert (profile.served_model or profile.model) == label
+    assert profile.served_model == (None if label == configured == "z" else label)

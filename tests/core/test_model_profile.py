@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import LLMConfig
@@ -14,8 +15,10 @@ from core.model_profile import (
     hosted_window,
     learn,
     load_profile,
+    model_label,
     request_tokens_for,
     resolve_window,
+    served_id,
     server_disagrees,
     tools_enabled,
 )
@@ -66,3 +69,18 @@ def test_disagreement_and_tool_switch() -> None:
     assert not tools_enabled(LLMConfig(), no_tools)
     assert tools_enabled(LLMConfig(tools="on"), no_tools)
     assert not tools_enabled(LLMConfig(tools="off"), ModelProfile("m"))
+
+
+@dataclass(frozen=True)
+class ServedProfile(ModelProfile):
+    """A profile with the served id that discovery stores (`served_model`)."""
+
+    served_model: str | None = None
+
+
+def test_the_model_is_labelled_with_the_id_the_server_reports() -> None:
+    assert model_label(ModelProfile("llama3.2")) == "llama3.2"
+    served = ServedProfile("llama3.2", served_model="SmolLM2-135M-Instruct")
+    assert served_id(served) == "SmolLM2-135M-Instruct"
+    assert model_label(served) == "SmolLM2-135M-Instruct (configured as llama3.2)"
+    assert model_label(ServedProfile("qwen3:4b", served_model="qwen3:4b")) == "qwen3:4b"

@@ -211,6 +211,14 @@ async def test_group_messages_show_their_sender_and_unaddressed_ones_are_only_st
     assert users == ["[Alice]: I like tea", "[Alice]: @bot what do I like?"]
 
 
+async def test_help_lists_what_people_can_say_besides_commands(runtime: Runtime) -> None:
+    help_reply = await runtime.dispatcher(inbound("/help"))
+    assert help_reply is not None
+    said = help_reply.text.split("You can also say:\n", 1)[1]
+    assert said.startswith("remember: FACT - I store FACT as a memory right away")
+    assert "/forget ID" in said
+
+
 async def test_commands_answer_without_the_model(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:

@@ -90,3 +90,19 @@ async def test_delete_asks_then_deletes_only_that_chat(
     kept = json.loads(run_mnemo(["chat", "export", "terminal:bo"], config).stdout)
     assert len(kept["messages"]) == 4 and "ski" in kept["memories"][0]["content"]
     assert not (tmp_path / "data" / "terminal" / "ann").exists()
+
+
+async def test_export_keeps_an_existing_file_unless_forced(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    config = await prepare(tmp_path, fake_llm)
+    output = tmp_path / "ann.json"
+    output.write_text("my own notes", encoding="utf-8")
+    args = ["chat", "export", "terminal:ann", "--output", str(output)]
+    refused = run_mnemo(args, config)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"{output} exists" in refused.stderr and "--force" in refused.stderr
+    assert output.read_text(encoding="utf-8") == "my own notes"
+    forced = run_mnemo([*args, "--force"], config)
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(output.read_text(encoding="utf-8"))["chat"]["key"] == "terminal:ann"

@@ -19,6 +19,7 @@ from memory.embeddings import Embedder
 from memory.forgetting import (
     fact_terms,
     repeated_tombstone,
+    repeats_by_terms,
     repeats_by_words,
     texts_to_embed,
     third_person,
@@ -82,6 +83,34 @@ def test_the_embedding_test_catches_a_paraphrase_the_words_miss(embedder: Embedd
     vectors = dict(zip(texts, embedder.embed(texts), strict=True))
     assert repeated_tombstone(paraphrase, forgotten, vectors) == forgotten[0]
     assert repeated_tombstone(other, forgotten, vectors) is None
+
+
+def test_distinctive_terms_catch_a_rewording_the_words_miss() -> None:
+    secret = tombstone("my secret phrase is ZEBRAQUARTZ lighthouse", speaker="you")
+    reworded = "Alice's secret phrase is ZEBRAQUARTZ lighthouse"
+    assert not repeats_by_words(reworded, secret)  # "Alice" is not "you": a new word
+    assert repeats_by_terms(reworded, secret)
+    assert repeats_by_terms("The words zebraquartz lighthouse are Alice's secret", secret)
+    assert not repeats_by_terms("Alice's secret is safe with her sister", secret)
+    sister = tombstone("my sister is called Ana", speaker="you")
+    assert repeats_by_terms("Alice's sister is called Ana", sister)
+    assert not repeats_by_terms("Ana is a pilot", sister)  # the name, little else
+    assert not repeats_by_terms("Alice's brother is called Rui", sister)
+    assert not repeats_by_terms("Alice's cat likes tuna", tombstone("I am Alice", "Alice"))
+
+
+async def test_the_memory_tool_refuses_a_paraphrase_by_meaning(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    memory_id = await remember_then_forget(runtime, "I like jazz")
+    back = await run_tool(
+        runtime, fake_llm, "c1", "structured_memory_add", {"content": "Alice really likes jazz"}
+    )
+    assert back.startswith(f"error: not stored: it repeats memory #{memory_id}")
+    other = await run_tool(
+        runtime, fake_llm, "c1", "structured_memory_add", {"content": "Alice likes blues"}
+    )
+    assert other.startswith("saved memory #")
 
 
 async def test_a_forgotten_fact_is_not_learned_again_but_a_new_one_is(

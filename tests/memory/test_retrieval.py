@@ -232,3 +232,20 @@ def test_score_fusion() -> None:
     assert scores[2] == pytest.approx(0.5)  # worst cosine, best keyword
     assert scores[3] == pytest.approx(0.25)  # no vector: lowest cosine, half the keyword score
     assert score_fusion({}, {}) == {}
+
+
+def test_time_aware_ranking_raises_dated_memories_for_when_questions(tmp_path: Path) -> None:
+    """A "when" question lifts the memory that names a time over an equal keyword match."""
+    conn = connect(tmp_path / "time.db")
+    chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", "1")
+    store = DatabaseMemoryStore(SqliteDatabase(conn), None)
+    plain = store.add(chat.id, "Ana went to the pottery class", "EVENT", source="test")
+    dated = store.add(chat.id, "Ana went to the pottery class yesterday", "EVENT", source="test")
+    question = "When did Ana go to the pottery class?"
+    flat = rank_memories(store, chat.id, question, 2, mode="bm25", time_aware=False)
+    assert flat[0].memory.id == plain  # shorter text: BM25 prefers it
+    aware = rank_memories(store, chat.id, question, 2, mode="bm25")
+    assert [r.memory.id for r in aware] == [dated, plain]
+    same = rank_memories(store, chat.id, "Ana pottery class", 2, mode="bm25")
+    assert same[0].memory.id == plain  # no temporal intent: unchanged
+    conn.close()

@@ -111,6 +111,23 @@ def test_a_skipped_batch_is_a_visible_warning_in_the_pass_and_the_runs_listing(
     assert line.startswith("WARNING: #1 ") and "SKIPPED: no JSON object" in line
 
 
+def test_the_pass_and_the_runs_listing_say_why_facts_were_skipped(
+    tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
+) -> None:
+    config, db = setup(tmp_path, fake_llm, storage_url)
+    opened.append(db)
+    fake_llm.responder = facts_reply(
+        "Alice volunteers at the animal shelter.", "Elenrocha sings opera in Madrid."
+    )
+    done = run_mnemo(["reflect", "--once"], config)
+    assert done.returncode == 0, done.stderr
+    assert "1 added" in done.stdout and "1 skipped (1 ungrounded)" in done.stdout
+    listing = run_mnemo(["reflect", "--runs"], config)
+    assert listing.returncode == 0, listing.stderr
+    [line] = listing.stdout.splitlines()
+    assert line.startswith("#1 ") and "1 skipped (1 ungrounded)" in line
+
+
 def test_two_processes_never_reflect_on_the_same_chat(
     tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
 ) -> None:

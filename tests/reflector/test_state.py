@@ -271,6 +271,30 @@ def test_migration_0009_gives_old_runs_a_status(storage_url: str) -> None:
         new.close()
 
 
+def test_migration_0016_keeps_old_runs_and_says_their_skip_reasons_were_not_recorded(
+    storage_url: str,
+) -> None:
+    old = open_old(storage_url, upto=13)
+    chat_id, _ = chat_with_messages(old, "a", 1)
+    execute(
+        old,
+        "INSERT INTO reflector_runs (chat_id, started_at, ok, memories_skipped, status)"
+        " VALUES (?, 'x', 1, 2, 'done')",
+        (chat_id,),
+    )
+    old.close()
+    new = open_url(storage_url)
+    try:
+        [row] = run_store(new).recent(chat_id)
+        assert row.skip_reasons == "" and "2 skipped (reason not recorded)" in row.summary()
+        run = ChatRun(chat_id, ok=True, status="done")
+        run.skip("ungrounded", 2)
+        run_store(new).record(run)
+        assert run_store(new).recent(chat_id)[0].skip_reasons == "2 ungrounded"
+    finally:
+        new.close()
+
+
 def test_failed_attempts_count_batch_failures_since_the_last_completed_batch(
     db: Storage,
 ) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+BENCH_TOKEN = "bench-token-0123456789abcdef"
 TARGET_MS = 200.0
 DAYS = 60
 TOPICS = ("cat", "garden", "trip to Lisbon", "router", "marathon", "sourdough", "piano", "tax")
@@ -77,7 +78,7 @@ async def run_bench(
             seeded = _seed(parts, messages, memories, chats, progress)
             seed_s = time.perf_counter() - started
             progress(f"seeded in {seed_s:.1f} s; timing pages …")
-            app = build_app(parts.web.dashboard(), "bench")
+            app = build_app(parts.web.dashboard(), BENCH_TOKEN)
             timings = await _time_pages(app, seeded, repeat)
         finally:
             parts.db.close()
@@ -261,7 +262,7 @@ def _memories(
                     embedding=vectors[which] if vectors else None,
                 )
                 backdated.append((moment(rng, now), memory_id))
-    seed_store.backdate(store.conn, "memories", backdated)
+    seed_store.backdate(store.db, "memories", backdated)
     for chat_id in chat_ids[:10]:
         for memory in store.newest(chat_id, 3):
             store.forget(memory.id, forgotten_by="bench", speaker="")
@@ -291,7 +292,7 @@ async def _time_pages(app: Any, seeded: dict[str, Any], repeat: int) -> list[Pag
         ("health", lambda n: "/health"),
     ]
     transport = httpx.ASGITransport(app=app)
-    headers = {"Authorization": "Bearer bench"}
+    headers = {"Authorization": f"Bearer {BENCH_TOKEN}"}
     timings = []
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         for name, path in pages:

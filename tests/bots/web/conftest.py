@@ -27,7 +27,7 @@ from memory.keeper import MemoryKeeper
 ON_BOTH_ENGINES = pytest.mark.parametrize(
     "web_storage_url", ["sqlite", "postgresql"], indirect=True
 )
-TOKEN = "test-token-3f9a"
+TOKEN = "test-token-3f9a-0123456789abcdef"
 ORIGIN = "http://127.0.0.1:8765"
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 

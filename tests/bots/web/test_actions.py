@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from bots.web.dashboard import FORGOTTEN_BY
+from bots.web.dashboard import FORGOTTEN_BY, OPERATOR
 from core.testing.fake_openai import FakeOpenAIServer
 from memory.files import MAX_WRITE_CHARS
 from memory.keeper import FactRefused
+from memory.store import NoteChange
 from tests.bots.web.conftest import ON_BOTH_ENGINES, Site, say
 
 pytestmark = ON_BOTH_ENGINES
@@ -90,6 +91,29 @@ async def test_notes_are_saved_through_file_memory_and_reach_the_next_request(
     too_long = await site.post(path, {"content": "x" * (MAX_WRITE_CHARS + 1)})
     assert too_long.status_code == 422 and "Not saved" in too_long.text
     assert site.keeper.files.read("chat", "terminal", "ann").startswith("Ann prefers")
+
+
+async def test_the_notes_page_shows_who_changed_the_notes(site: Site) -> None:
+    """Each change of the notes, and each refused attempt, with who asked and from which
+    message; the dashboard's own saves are logged too, without hidden characters."""
+    await site.login()
+    store = site.keeper.store
+    message = site.runtime.store.history(site.ann.id)[-1].id
+    store.record_note_change(
+        NoteChange(site.ann.id, "chat", "refused", "tool", "u-mal", "Mallory", "77", message,
+                   reason="in a group only an admin or the bot's owner may change the notes")
+    )  # fmt: skip
+    path = f"/chats/{site.ann.id}/notes"
+    answer = await site.post(path, {"content": "Ann likes t\u200bea."})
+    assert answer.status_code == 303
+    assert site.keeper.files.read("chat", "terminal", "ann") == "Ann likes tea."
+    page = (await site.client.get(path)).text
+    assert page.index(OPERATOR) < page.index("Mallory")  # newest first
+    assert "(terminal:u-mal)" in page and "id 77" in page
+    assert f'href="/chats/{site.ann.id}?before={message + 1}#m{message}"' in page
+    assert "refused: in a group only an admin" in page and "Ann likes tea." in page
+    bob_page = (await site.client.get(f"/chats/{site.bob.id}/notes")).text
+    assert "Mallory" not in bob_page and "No note has been changed from this chat." in bob_page
 
 
 async def test_check_the_model_runs_doctors_model_checks(site: Site) -> None:

@@ -117,7 +117,7 @@ def chromium(profile: Path) -> Any:
 @pytest.fixture
 async def browser(runtime: Runtime, tmp_path: Path) -> AsyncIterator[Browser]:
     [web] = [e for e in runtime.extensions if isinstance(e, WebExtension)]
-    web.token = "browser-token"
+    web.token = "browser-token-0123456789abcdef"
     service = web.service("127.0.0.1", 0)
     url = service.bind()
     serving = asyncio.create_task(service.run())
@@ -153,7 +153,7 @@ async def test_find_edit_and_forget_a_memory_in_the_browser(
     await browser.open("/")
     assert "/login" in browser.driver.current_url
     await browser.shoot("01-login")
-    await browser.type("#token", "browser-token")
+    await browser.type("#token", "browser-token-0123456789abcdef")
     await browser.click("form button[type=submit]")
     await browser.until("last activity")
     await browser.shoot("02-chats")

@@ -123,3 +123,55 @@ async def test_reading_every_page_writes_nothing(site: Site) -> None:
     assert written_rows(site.runtime.storage) == before
     site.keeper.store.touch(site.memory_id(site.ann, "Miso"))
     assert written_rows(site.runtime.storage) != before  # the check does see a write
+
+
+async def test_a_message_the_model_never_answered_is_marked_unanswered(
+    site: Site, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.add(FakeReply(status=500, error="the model server fell over"))
+    await say(site.runtime, "ann", "are you there?", "Ann")
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}")
+    assert page.text.count("unanswered: answered with an error") == 1
+    [marked] = re.findall(r'<li class="msg user unanswered" id="m(\d+)">', page.text)
+    asked = [m for m in site.runtime.store.history(site.ann.id) if m.content == "are you there?"]
+    assert [int(marked)] == [m.id for m in asked]
+    # Answered messages and `remember:` (answered without the model) carry no mark.
+    assert page.text.count('class="tag unanswered"') == 1
+
+
+async def test_health_and_the_runs_say_the_last_run_failed_and_why_facts_were_skipped(
+    site: Site,
+) -> None:
+    [reflector] = [e for e in site.runtime.extensions if isinstance(e, ReflectorExtension)]
+    run = ChatRun(site.ann.id, ok=True, status="done", messages_seen=4, added=1)
+    run.skip("ungrounded", 2)
+    run.skip("small talk")
+    reflector.reflector.runs.record(run)
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}/reflector")
+    assert "2 ungrounded, 1 small talk" in page.text
+    health = await site.client.get("/health")
+    assert "ok, 3 skipped (2 ungrounded, 1 small talk)" in health.text
+    failed = ChatRun(site.ann.id, ok=False, status="failed", error="the GPU caught fire")
+    reflector.reflector.runs.record(failed)
+    health = await site.client.get("/health")
+    row = re.search(r"<tr><td><span class=\"check (\w+)\">[^<]*</span></td><td>reflector</td>"
+                    r"<td>([^<]*)</td>", health.text)  # fmt: skip
+    assert row is not None and row.group(1) == "warn"
+    assert "FAILED: the GPU caught fire" in row.group(2)
+
+
+async def test_the_favicon_is_served_and_linked(site: Site) -> None:
+    icon = await site.client.get("/favicon.ico")  # before logging in, as a browser asks
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg")
+    assert (await site.client.get("/static/favicon.svg")).status_code == 200
+    await site.login()
+    page = await site.client.get("/")
+    assert '<link rel="icon" href="/static/favicon.svg"' in page.text
+
+
+async def test_the_context_page_counts_the_tool_schemas(site: Site) -> None:
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}/context")
+    assert "tool schemas" in page.text and "the sum of the parts above" in page.text

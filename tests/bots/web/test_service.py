@@ -14,8 +14,8 @@ from core.config import load_config
 
 
 def test_the_token_comes_from_the_environment() -> None:
-    config = load_config(None, env={"MNEMO_WEB_TOKEN": "from-env"})
-    assert config.web.token == "from-env" and config.web.host == "127.0.0.1"
+    config = load_config(None, env={"MNEMO_WEB_TOKEN": "from-env-0123456789abcdefgh"})
+    assert config.web.token == "from-env-0123456789abcdefgh" and config.web.host == "127.0.0.1"
     assert not config.web.enabled
 
 
