@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from bots.plugins import PLUGINS
 from core.assembly import build_agent
 from core.config import Config
+from core.database import sqlite_connection
 from core.db import Connection
 from core.discovery import discover
 from core.dispatcher import Dispatcher
@@ -51,7 +52,7 @@ class Runtime:
     @property
     def conn(self) -> Connection:
         """The SQLite connection (SQLite-only tools and tests)."""
-        return self.storage.sqlite_conn
+        return sqlite_connection(self.storage.database)
 
     @property
     def extensions(self) -> Extensions:

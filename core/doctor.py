@@ -4,6 +4,7 @@ checks are `core.api.Check`)."""
 from __future__ import annotations
 
 from core.api import Check
+from core.database import PostgresDatabase, sqlite_connection
 from core.storage import Storage
 
 
@@ -23,8 +24,8 @@ def storage_checks(storage: Storage) -> list[Check]:
 
 def vector_check(storage: Storage) -> Check:
     """Whether vector search runs in the database (sqlite-vec, pgvector) or falls back."""
-    if storage.postgres is not None:
-        pg = storage.postgres.info
+    if isinstance(storage.database, PostgresDatabase):
+        pg = storage.database.pg.info
         if pg.vector_loaded:
             return Check("pgvector", True, f"installed {pg.vector_version}")
         return Check(
@@ -33,7 +34,7 @@ def vector_check(storage: Storage) -> Check:
             f"not available ({pg.vector_error}); memories are ranked in this process",
             fatal=False,
         )
-    info = storage.sqlite_conn.info
+    info = sqlite_connection(storage.database).info
     if info.vec_loaded:
         return Check("sqlite-vec", True, f"loaded {info.vec_version}")
     return Check(

@@ -2,7 +2,7 @@
 
 Paths are relative to the data dir and use `/` (`telegram/42/tool-results/…txt`). On SQLite
 (one machine) they are real files under `[storage] data_dir`, so an operator can read and
-edit them; on PostgreSQL they are rows of `stored_files` (core/pg_file_store.py), so a bot
+edit them; on PostgreSQL they are rows of `stored_files` (`DatabaseFileStore`), so a bot
 process on any machine reads the same memory. `mnemo chat export` still writes Markdown.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from core.database import Database
 from core.errors import InputError
 
 
@@ -194,3 +195,78 @@ def _walk_stamps(directory: str, relative: str) -> dict[str, str]:
 def _remove_if_empty(directory: Path) -> None:
     with contextlib.suppress(OSError):
         directory.rmdir()
+
+
+class DatabaseFileStore:
+    """Files as rows of `stored_files` (the PostgreSQL deployment: seen by every machine)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def read_text(self, path: str) -> str | None:
+        row = self.db.read_one(
+            "SELECT content FROM stored_files WHERE path = ?", (clean_path(path),)
+        )
+        return None if row is None else str(row[0])
+
+    def read_texts(self, paths: list[str]) -> dict[str, str]:
+        if not paths:
+            return {}
+        in_paths, params = self.db.dialect.in_values("path", [clean_path(path) for path in paths])
+        rows = self.db.read(f"SELECT path, content FROM stored_files WHERE {in_paths}", params)
+        return {str(path): str(content) for path, content in rows}
+
+    def write_text(self, path: str, text: str) -> None:
+        self.db.write(
+            "INSERT INTO stored_files (path, content) VALUES (?, ?) ON CONFLICT (path)"
+            " DO UPDATE SET content = excluded.content, updated_at = mnemo_now()",
+            (clean_path(path), text),
+        )
+
+    def delete(self, path: str) -> bool:
+        return self.db.write("DELETE FROM stored_files WHERE path = ?", (clean_path(path),)) > 0
+
+    def delete_tree(self, prefix: str) -> int:
+        return self.db.write(
+            "DELETE FROM stored_files WHERE substr(path, 1, length(?)) = ?",
+            (clean_prefix(prefix),) * 2,
+        )
+
+    def list(self, prefix: str) -> list[str]:
+        rows = self.db.read(
+            "SELECT path FROM stored_files WHERE substr(path, 1, length(?)) = ? ORDER BY path",
+            (clean_prefix(prefix),) * 2,
+        )
+        return [str(row[0]) for row in rows]
+
+    def stamps(self, prefixes: Sequence[str], file_name: str = "") -> dict[str, str]:
+        cleaned = [clean_prefix(prefix) for prefix in prefixes]
+        if not cleaned:
+            return {}
+        under = " OR ".join(["substr(path, 1, ?) = ?"] * len(cleaned))
+        params = [value for prefix in cleaned for value in (len(prefix), prefix)]
+        rows = self.db.read(
+            "SELECT path, CAST(updated_at AS TEXT) || ':' || CAST(length(content) AS TEXT)"
+            f" FROM stored_files WHERE {under} ORDER BY path",
+            params,
+        )
+        return {
+            str(path): str(stamp)
+            for path, stamp in rows
+            if not file_name or _one_down(str(path), cleaned, file_name)
+        }
+
+    def stays_inside(self, path: str, directory: str) -> bool:
+        return clean_path(path).startswith(clean_prefix(directory))
+
+    def location(self, path: str) -> str:
+        return f"{self.db.dialect.engine}:{clean_path(path)}"
+
+
+def _one_down(path: str, prefixes: list[str], file_name: str) -> bool:
+    """True if `path` is `<prefix><folder>/<file_name>` for one of `prefixes`."""
+    for prefix in prefixes:
+        folder = path[len(prefix) : -len(file_name) - 1] if path.startswith(prefix) else ""
+        if folder and "/" not in folder and path.endswith("/" + file_name):
+            return True
+    return False

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config
+from core.database import PostgresDatabase
 from core.db import Connection, connect
 from core.errors import StorageError
-from core.file_store import DirectoryFileStore
+from core.file_store import DatabaseFileStore, DirectoryFileStore
 from core.pg_db import PgDatabase
-from core.pg_file_store import PgFileStore
 from core.storage_copy_store import (
     applied_migrations_pg,
     applied_migrations_sqlite,
@@ -151,7 +151,7 @@ def _copy_tables(source: Connection, pg: Any, progress: Progress) -> list[str]:
 
 def _copy_files(data_dir: Path, target: PgDatabase) -> int:
     """The chats' files under `data_dir` into `stored_files`; how many."""
-    files = PgFileStore(target)
+    files = DatabaseFileStore(PostgresDatabase(target))
     local = DirectoryFileStore(data_dir)
     paths = chat_files(data_dir)
     for path in paths:

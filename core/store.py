@@ -1,8 +1,8 @@
 """The core's storage interface: chats, their messages, sessions, compactions, LLM usage.
 
-`SessionStore` is the one door the core uses; `core.sqlite_store.SqliteSessionStore` is
-the SQLite implementation, `core.pg_store.PgSessionStore` the PostgreSQL one (the delivery
-store likewise). Records here are plain frozen dataclasses, built from rows of the same
+`SessionStore` is the one door the core uses; `core.session_store.DatabaseSessionStore` is
+its one implementation over `core.database`, for both engines (the delivery store likewise,
+`core.delivery_store`). Records here are plain frozen dataclasses, built from rows of the same
 columns on both engines by the `*_from_row` functions at the end.
 """
 

@@ -1,39 +1,28 @@
-"""The core's stores for a `Storage`: SQLite or PostgreSQL implementations of the
-`core.store` Protocols."""
+"""The core's stores for a `Storage`: one implementation of each `core.store` Protocol over
+its `Database`; only where files live depends on the engine."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from core.file_store import DirectoryFileStore, FileStore
+from core.delivery_store import DatabaseDeliveryStore
+from core.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
+from core.session_store import DatabaseSessionStore
 from core.storage import Storage
 from core.store import DeliveryStore, SessionStore
 
 
 def session_store(storage: Storage) -> SessionStore:
-    if storage.postgres is not None:
-        from core.pg_store import PgSessionStore
-
-        return PgSessionStore(storage.postgres)
-    from core.sqlite_store import SqliteSessionStore
-
-    return SqliteSessionStore(storage.sqlite_conn)
+    return DatabaseSessionStore(storage.database)
 
 
 def delivery_store(storage: Storage) -> DeliveryStore:
-    if storage.postgres is not None:
-        from core.pg_delivery_store import PgDeliveryStore
-
-        return PgDeliveryStore(storage.postgres)
-    from core.sqlite_delivery_store import SqliteDeliveryStore
-
-    return SqliteDeliveryStore(storage.sqlite_conn)
+    return DatabaseDeliveryStore(storage.database)
 
 
 def file_store(storage: Storage, data_dir: Path) -> FileStore:
-    """The chats' files: under `data_dir` on SQLite, in the database on PostgreSQL."""
-    if storage.postgres is not None:
-        from core.pg_file_store import PgFileStore
-
-        return PgFileStore(storage.postgres)
+    """The chats' files: under `data_dir` on SQLite (an operator reads and edits them), in
+    the database on PostgreSQL (every machine sees them)."""
+    if storage.database.dialect.remote:
+        return DatabaseFileStore(storage.database)
     return DirectoryFileStore(data_dir)

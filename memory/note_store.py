@@ -1,5 +1,5 @@
 """The SQL of `note_changes` (who changed an AGENTS.md note file), one text for both
-engines: `?` placeholders, which `postgresql()` turns into psycopg's `%s`."""
+engines (`?` placeholders, run through the `Database` seam)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,6 @@ OF_CHAT = (
     f"SELECT {_COLUMNS}, id, changed_at FROM note_changes WHERE chat_id = ?"
     " ORDER BY id DESC LIMIT ?"
 )
-
-
-def postgresql(sql: str) -> str:
-    """`sql` with psycopg's placeholders (none of these statements holds a literal `?`)."""
-    return sql.replace("?", "%s")
 
 
 def record_params(change: NoteChange) -> tuple[Any, ...]:

@@ -1,7 +1,7 @@
 """The memory package's storage interface: structured memories and what ranking reads.
 
-`MemoryStore` is the one door; `memory.sqlite_store.SqliteMemoryStore` is the SQLite
-implementation (FTS5 and sqlite-vec as derived indexes). Records and input checks are
+`MemoryStore` is the one door; `memory.memory_store.DatabaseMemoryStore` is its one
+implementation (its indexes in `memory.memory_index`). Records and input checks are
 here, shared by every implementation.
 """
 

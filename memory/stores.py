@@ -1,7 +1,6 @@
-"""The memory package's stores for a `Storage`: SQLite or PostgreSQL implementations of
-`memory.store.MemoryStore` and `memory.strategies.store.StrategyStore`, and the chats'
-AGENTS.md files (`file_memory`). Plugins and CLIs build their stores here, so the engine
-named by `[storage] url` is the one they use."""
+"""The memory package's stores for a `Storage`: `memory.store.MemoryStore` and
+`memory.strategies.store.StrategyStore` (one implementation each over its `Database`), and
+the chats' AGENTS.md files (`file_memory`). Plugins and CLIs build their stores here."""
 
 from __future__ import annotations
 
@@ -19,24 +18,16 @@ if TYPE_CHECKING:
 
 
 def memory_store(storage: Storage, embedder: Embedder | None = None) -> MemoryStore:
-    if storage.postgres is not None:
-        from memory.pg_store import PgMemoryStore
+    from memory.memory_store import DatabaseMemoryStore
 
-        return PgMemoryStore(storage.postgres, embedder)
-    from memory.sqlite_store import SqliteMemoryStore
-
-    return SqliteMemoryStore(storage.sqlite_conn, embedder)
+    return DatabaseMemoryStore(storage.database, embedder)
 
 
 def strategy_store(storage: Storage, clock: Clock | None = None) -> StrategyStore:
     """Learned strategies; `clock` (tests, benchmarks) stands in for the time of day."""
-    if storage.postgres is not None:
-        from memory.strategies.pg_store import PgStrategyStore
+    from memory.strategies.strategy_store import DatabaseStrategyStore
 
-        return PgStrategyStore(storage.postgres, clock or utc_now)
-    from memory.strategies.sqlite_store import SqliteStrategyStore
-
-    return SqliteStrategyStore(storage.sqlite_conn, clock or utc_now)
+    return DatabaseStrategyStore(storage.database, clock or utc_now)
 
 
 def file_memory(storage: Storage, data_dir: Path) -> FileMemory:

@@ -13,7 +13,7 @@ maintained by PostgreSQL itself (no store-written rows, nothing to keep in step)
 rather than 'simple' because SQLite's FTS5 table uses the Porter stemmer: "dogs" finds "dog"
 on both engines; its stop words are words the lookup drops anyway (`memory.terms`). The
 vector tables (`memories_vec_float`, and `memories_vec` with pgvector) are made at runtime
-by `memory.pg_index_store`, as on SQLite, because the dimension is the embedding model's.
+by `memory.pg_index`, as on SQLite, because the dimension is the embedding model's.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def apply(conn: Any) -> None:
         conn.execute(statement)
 
 
-# What memory.pg_index_store's full-text lookups match against (the index's expression).
+# What memory.pg_index's full-text lookups match against (the index's expression).
 PG_TEXT_SEARCH = "to_tsvector('english'::regconfig, content || ' ' || context)"
 
 POSTGRESQL = [

@@ -1,7 +1,7 @@
 """The reflector's storage interface: per-chat cursors, leases and the log of runs.
 
-`reflector.sqlite_store` holds the SQLite implementations, `reflector.pg_store` the
-PostgreSQL ones; `reflector.stores` picks them for a `Storage`.
+`reflector.state_store` holds their one implementation over `core.database` (both
+engines); `reflector.stores` builds them for a `Storage`.
 """
 
 from __future__ import annotations

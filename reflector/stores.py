@@ -1,24 +1,21 @@
-"""The reflector for a `Storage`: SQLite or PostgreSQL implementations of the
-`reflector.store` Protocols, the stores it borrows from `core` and `memory`, and the
-transaction and savepoint it commits with. The engine is chosen here and nowhere else."""
+"""The reflector for a `Storage`: its own stores (`reflector.state_store`), the stores it
+borrows from `core` and `memory`, and the transaction and savepoint it commits with."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from core.config import Config
-from core.db import Connection, savepoint
+from core.db import Connection
 from core.llm import LLM
-from core.pg_db import PgDatabase
 from core.storage import Storage, sqlite_storage
 from core.stores import session_store
 from memory.store import MemoryStore
 from memory.stores import memory_store, strategy_store
 from reflector.contributors import PassContributor
-from reflector.reflection import Reflector, ReflectorStores, UnitOfWork, configured_embedder
+from reflector.reflection import Reflector, ReflectorStores, configured_embedder
+from reflector.state_store import DatabaseCursorStore, DatabaseLeaseStore, DatabaseRunStore
 from reflector.store import CursorStore, LeaseStore, RunStore
 
 Clock = Callable[[], float]
@@ -36,7 +33,7 @@ def reflector_stores(
     sessions = session_store(storage)
     return ReflectorStores(
         sessions.transaction,
-        _savepoint(storage),
+        lambda: storage.database.savepoint(SAVEPOINT),
         sessions,
         memories or memory_store(storage),
         cursor_store(storage),
@@ -83,44 +80,12 @@ def sqlite_reflector(
 
 
 def cursor_store(storage: Storage) -> CursorStore:
-    if storage.postgres is not None:
-        from reflector.pg_store import PgCursorStore
-
-        return PgCursorStore(storage.postgres)
-    from reflector.sqlite_store import SqliteCursorStore
-
-    return SqliteCursorStore(storage.sqlite_conn)
+    return DatabaseCursorStore(storage.database)
 
 
 def lease_store(storage: Storage, lease_s: float, clock: Clock = time.time) -> LeaseStore:
-    if storage.postgres is not None:
-        from reflector.pg_store import PgLeaseStore
-
-        return PgLeaseStore(storage.postgres, lease_s, clock)
-    from reflector.sqlite_store import SqliteLeaseStore
-
-    return SqliteLeaseStore(storage.sqlite_conn, lease_s, clock)
+    return DatabaseLeaseStore(storage.database, lease_s, clock)
 
 
 def run_store(storage: Storage) -> RunStore:
-    if storage.postgres is not None:
-        from reflector.pg_store import PgRunStore
-
-        return PgRunStore(storage.postgres)
-    from reflector.sqlite_store import SqliteRunStore
-
-    return SqliteRunStore(storage.sqlite_conn)
-
-
-def _savepoint(storage: Storage) -> UnitOfWork:
-    if storage.postgres is not None:
-        return lambda: _pg_savepoint(storage.pg)
-    conn = storage.sqlite_conn
-    return lambda: savepoint(conn, SAVEPOINT)
-
-
-@contextmanager
-def _pg_savepoint(db: PgDatabase) -> Iterator[Any]:
-    """psycopg's nested `transaction()` inside the open one is a SAVEPOINT."""
-    with db.connection() as conn, conn.transaction():
-        yield conn
+    return DatabaseRunStore(storage.database)

@@ -155,9 +155,59 @@ def is_store_module(path: Path) -> bool:
     return (
         path.name == "store.py"
         or path.name.endswith("_store.py")
-        or relative in (Path("core/db.py"), Path("core/pg_db.py"))
+        or relative in (Path("core/db.py"), Path("core/pg_db.py"), Path("core/database.py"))
+        or relative in INDEX_MODULES
         or relative.parts[0] == "migrations"
     )
+
+
+# A table is written once: every store sits on `core.database`'s seam with `?` placeholders.
+# Only these modules may name an engine (its driver, its connection module, psycopg's `%s`):
+# the seam and its dialect, the vector and full-text indexes, and the SQLite-only backup and
+# the SQLite-to-PostgreSQL copy, which are about one engine by nature.
+INDEX_MODULES = (
+    Path("memory/sqlite_index.py"),
+    Path("memory/pg_index.py"),
+    Path("memory/memory_index.py"),
+)
+ENGINE_MODULES = (
+    Path("core/db.py"),
+    Path("core/pg_db.py"),
+    Path("core/database.py"),
+    Path("core/dialect.py"),
+    Path("core/storage.py"),
+    Path("core/backup_store.py"),
+    Path("core/storage_copy_store.py"),
+    *INDEX_MODULES,
+)
+ENGINE_IMPORTS = ("sqlite3", "pysqlite3", "sqlite_vec", "psycopg", "psycopg_pool")
+ENGINE_CONNECTIONS = ("core.db", "core.pg_db")
+ENGINE_NAMED_STORE = re.compile(r"^(pg|sqlite)_.*store.*\.py$")
+PYFORMAT = re.compile(r"%s|%\(\w+\)s")
+
+
+def engine_names_in(path: Path) -> Iterator[str]:
+    """Imports of an engine's driver or connection module, and psycopg placeholders in SQL."""
+
+    def names_engine(module: str) -> bool:
+        return module.split(".")[0] in ENGINE_IMPORTS or module in ENGINE_CONNECTIONS
+
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if names_engine(alias.name):
+                    yield f"line {node.lineno}: import {alias.name}"
+        elif (
+            isinstance(node, ast.ImportFrom) and node.level == 0 and names_engine(node.module or "")
+        ):
+            yield f"line {node.lineno}: from {node.module} import …"
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and SQL.search(node.value)
+            and PYFORMAT.search(node.value)
+        ):
+            yield f"line {node.lineno}: %s placeholder in {node.value[:40]!r}"
 
 
 EXECUTE = ("execute", "executemany", "executescript")
@@ -193,6 +243,43 @@ def test_sql_lives_only_in_store_modules() -> None:
         if not is_store_module(path)
     }
     assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_stores_name_no_engine() -> None:
+    """Every store is one class over `core.database` for both engines."""
+    found = {
+        str(path.relative_to(REPO)): list(engine_names_in(path))
+        for path in modules().values()
+        if is_store_module(path)
+        and path.relative_to(REPO) not in ENGINE_MODULES
+        and path.relative_to(REPO).parts[0] != "migrations"
+    }
+    assert {path: lines for path, lines in found.items() if lines} == {}
+
+
+def test_no_store_is_named_for_an_engine() -> None:
+    named = [
+        str(path.relative_to(REPO))
+        for path in modules().values()
+        if ENGINE_NAMED_STORE.match(path.name)
+    ]
+    assert named == []
+
+
+def test_the_engine_check_sees_an_engine(tmp_path: Path) -> None:
+    sample = tmp_path / "sample_store.py"
+    sample.write_text(
+        "import psycopg\n"
+        "from core.db import Connection\n"
+        'x = "SELECT id FROM memories WHERE id = %s"\n'
+        'y = "SELECT id FROM memories WHERE id = ?"\n',
+        encoding="utf-8",
+    )
+    assert [line.split(":")[0] for line in engine_names_in(sample)] == [
+        "line 1",
+        "line 2",
+        "line 3",
+    ]
 
 
 def test_the_sql_check_sees_sql(tmp_path: Path) -> None:

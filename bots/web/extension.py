@@ -38,7 +38,7 @@ class WebExtension(Extension):
     def dashboard(self) -> Dashboard:
         if self._dashboard is None:
             from bots.web.dashboard import Dashboard
-            from bots.web.stores import dashboard_store
+            from bots.web.dashboard_store import DatabaseDashboardStore
             from memory.extension import MemoryExtension
             from memory.stores import strategy_store
             from reflector.extension import ReflectorExtension
@@ -49,7 +49,7 @@ class WebExtension(Extension):
             self._dashboard = Dashboard(
                 config=host.config,
                 sessions=host.store,
-                store=dashboard_store(host.storage),
+                store=DatabaseDashboardStore(host.storage.database),
                 keeper=memory.keeper,
                 strategies=strategy_store(host.storage),
                 runs=reflector.reflector.runs,

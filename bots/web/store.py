@@ -3,8 +3,8 @@
 Overviews of many chats at once, a page of a conversation with its compaction marks, where
 a memory came from, and counts per day for the pictures. Only reads: every write the
 dashboard makes goes through the owning package (memory's store and quality gate, its
-forgetting, `FileMemory`). `bots.web.sqlite_store.SqliteDashboardStore` is the SQLite
-implementation.
+forgetting, `FileMemory`). `bots.web.dashboard_store.DatabaseDashboardStore` is its one
+implementation, for both engines.
 """
 
 from __future__ import annotations
@@ -176,38 +176,38 @@ CHAT_FIGURES = (
     " FROM page p LEFT JOIN sessions s ON s.chat_id = p.id"
 )
 CHAT_FIGURES_ORDER = " ORDER BY p.last_id DESC NULLS LAST, p.id DESC"
-# A page's user messages with their inbox state and reply (`{p}`: the engine's placeholder).
+# A page's user messages with their inbox state and reply.
 REPLY_STATES = (
     "SELECT i.message_id, i.state, coalesce(o.is_error, 0),"
     " CASE WHEN o.delivered_at IS NULL THEN 0 ELSE 1 END"
     " FROM inbox i LEFT JOIN outbox o ON o.inbox_id = i.id"
-    " WHERE i.chat_id = {p} AND i.message_id BETWEEN {p} AND {p}"
+    " WHERE i.chat_id = ? AND i.message_id BETWEEN ? AND ?"
 )
 USAGE_SERIES = {"kind": "kind", "model": "model"}  # the column each "tokens by" series groups
 
 
-def chat_search(search: str, placeholder: str) -> tuple[str, list[Any]]:
-    """The WHERE clause of a chat search (title, `channel:chat_id` or the row id) with the
-    engine's `placeholder` (`?` or `%s`), and its parameters."""
+def chat_search(search: str) -> tuple[str, list[Any]]:
+    """The WHERE clause of a chat search (title, `channel:chat_id` or the row id), and its
+    parameters."""
     text = search.strip().lower()
     if not text:
         return "", []
     like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     where = (
-        f"WHERE lower(coalesce(c.title, '')) LIKE {placeholder} ESCAPE '\\'"
-        f" OR lower(c.channel || ':' || c.external_chat_id) LIKE {placeholder} ESCAPE '\\'"
+        "WHERE lower(coalesce(c.title, '')) LIKE ? ESCAPE '\\'"
+        " OR lower(c.channel || ':' || c.external_chat_id) LIKE ? ESCAPE '\\'"
     )
     params: list[Any] = [like, like]
     number = whole_number(text)
     if number is not None:
-        where += f" OR c.id = {placeholder}"
+        where += " OR c.id = ?"
         params.append(number)
     return where, params
 
 
 def overview_from_row(row: Sequence[Any]) -> ChatOverview:
     """(id, channel, external_chat_id, title, kind, messages, memories, last_activity,
-    session_tokens, summary, session_start), as both engines' stores select them."""
+    session_tokens, summary, session_start), as the store selects them."""
     return ChatOverview(
         id=int(row[0]),
         channel=row[1],

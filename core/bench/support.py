@@ -15,9 +15,10 @@ from core.api import Extension
 from core.assembly import build_agent
 from core.builtins import CoreExtension
 from core.config import Config, load_config
+from core.database import SqliteDatabase
 from core.db import Connection, connect
 from core.llm import OpenAILLM
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.storage import sqlite_storage
 from core.summary import is_summary_request
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
@@ -60,7 +61,7 @@ def bench_agent(
         config = bench_config(Path(tmp) / "data", server.base_url, window)
         conn = connect(config.storage.database_path)
         try:
-            store = SqliteSessionStore(conn)
+            store = DatabaseSessionStore(SqliteDatabase(conn))
             agent = build_agent(config, sqlite_storage(conn), store, OpenAILLM(config.llm), [])
             core = CoreExtension(
                 config, store, agent.extensions, agent.compactor, agent.planner, agent.files

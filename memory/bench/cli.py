@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from core.database import PostgresDatabase, SqliteDatabase
 from core.storage import Storage
 from memory.bench.techniques import TECHNIQUES
 
@@ -292,12 +293,13 @@ def _bench_memory_on(
     results["(known-memory lookup, full text)"] = _timed(
         asked, partial(_known_lookup, memories, chat_id), gap
     )
-    if storage.sqlite is not None:
+    database = storage.database
+    if isinstance(database, SqliteDatabase):
         asked = [synthetic_query(rng) for _ in range(queries)]
-        fts = partial(_fts5_bm25, storage.sqlite, chat_id)
+        fts = partial(_fts5_bm25, database.conn, chat_id)
         results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
-    elif embedder is not None and storage.pg.info.vector_loaded:
-        results.update(_pgvector_knn(storage, embedder, chat_id, rng, queries, gap))
+    elif isinstance(database, PostgresDatabase) and embedder and database.pg.info.vector_loaded:
+        results.update(_pgvector_knn(database.pg, embedder, chat_id, rng, queries, gap))
     if embedder is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
@@ -358,42 +360,42 @@ def _known_lookup(memories: Any, chat_id: int, query: str) -> object:
 
 
 def _pgvector_knn(
-    storage: Storage, embedder: Any, chat_id: int, rng: random.Random, queries: int, gap: float
+    pg: Any, embedder: Any, chat_id: int, rng: random.Random, queries: int, gap: float
 ) -> dict[str, dict[str, float]]:
     """pgvector KNN in the server (query embedding excluded): exact, then with an HNSW index
     (iterative scans on), and the HNSW result's recall@10 against the exact one."""
-    from memory import pg_index_store
+    from memory import pg_index
 
     asked = [embedder.embed_query(synthetic_query(rng)) for _ in range(queries)]
     exact: list[list[int]] = []
     found: list[list[int]] = []
 
     def knn(into: list[list[int]], vector: list[float]) -> None:
-        with storage.pg.connection() as conn:
-            near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+        with pg.connection() as conn:
+            near = pg_index.nearest(conn, [chat_id, 0], vector, 10, True)
         into.append([memory_id for memory_id, _ in near])
 
     figures = {"(pgvector KNN, exact)": _timed_vectors(asked, partial(knn, exact), gap)}
-    with storage.pg.connection() as conn:
+    with pg.connection() as conn:
         started = time.perf_counter()
-        pg_index_store.set_hnsw_index(conn, True)
+        pg_index.set_hnsw_index(conn, True)
         built_s = time.perf_counter() - started
-    with storage.pg.connection() as conn:  # iterative scans are a session setting: per query
-        pg_index_store.set_hnsw_index(conn, True)
+    with pg.connection() as conn:  # iterative scans are a session setting: per query
+        pg_index.set_hnsw_index(conn, True)
         timed = _timed_vectors(asked, partial(_knn_on, conn, chat_id, found), gap)
     recall = sum(len(set(a) & set(b)) for a, b in zip(exact, found, strict=True))
     timed["recall_at_10"] = round(recall / max(1, sum(len(a) for a in exact)), 3)
     timed["index_build_s"] = round(built_s, 1)
     figures["(pgvector KNN, HNSW + iterative scan)"] = timed
-    with storage.pg.connection() as conn:
-        pg_index_store.set_hnsw_index(conn, False)
+    with pg.connection() as conn:
+        pg_index.set_hnsw_index(conn, False)
     return figures
 
 
 def _knn_on(conn: Any, chat_id: int, into: list[list[int]], vector: list[float]) -> None:
-    from memory import pg_index_store
+    from memory import pg_index
 
-    near = pg_index_store.nearest(conn, [chat_id, 0], vector, 10, True)
+    near = pg_index.nearest(conn, [chat_id, 0], vector, 10, True)
     into.append([memory_id for memory_id, _ in near])
 
 
@@ -429,8 +431,8 @@ def _first_vectors(memories: Any, chat_id: int, _: str) -> object:
 
 def _fts5_bm25(conn: Any, chat_id: int, query: str) -> object:
     """The same BM25 asked of the FTS5 table, as ranking did before its in-memory lists."""
-    from memory.index_store import fts_bm25_ids
     from memory.posting_lists import CONTEXT_WEIGHT
+    from memory.sqlite_index import fts_bm25_ids
 
     return fts_bm25_ids(conn, chat_id, query, 70, CONTEXT_WEIGHT)
 

@@ -16,13 +16,14 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from core.database import SqliteDatabase
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from memory.bench.techniques import Candidates, Refiner, ranked_text
 from memory.embeddings import Embedder
-from memory.index_store import embedding_text
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import rank_memories
-from memory.sqlite_store import SqliteMemoryStore
+from memory.sqlite_index import embedding_text
 from memory.store import MemoryStore
 from memory.temporal import parse_locomo_datetime
 
@@ -195,8 +196,10 @@ def evaluate_sample(
     """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
     conn = connect(db_path)
     try:
-        chat = SqliteSessionStore(conn).get_or_create_chat("locomo", str(sample["sample_id"]))
-        store = SqliteMemoryStore(conn, embedder)
+        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
+            "locomo", str(sample["sample_id"])
+        )
+        store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
         items = observation_items(sample) if use_observations else turn_items(sample)
         turns_of, known = _ingest(store, chat.id, items, embedder, techniques)
         turns = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}

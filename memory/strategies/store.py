@@ -1,6 +1,6 @@
 """The learned strategies' storage interface (`StrategyStore`) and its records.
 
-`memory.strategies.sqlite_store.SqliteStrategyStore` is the SQLite implementation.
+`memory.strategies.strategy_store.DatabaseStrategyStore` is its one implementation.
 """
 
 from __future__ import annotations

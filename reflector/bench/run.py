@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from core.config import Config, load_config
+from core.database import SqliteDatabase
 from core.db import connect
 from core.errors import MnemoError
 from core.llm import OpenAILLM
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.store import NewMessage, SessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from memory.sqlite_store import SqliteMemoryStore
+from memory.memory_store import DatabaseMemoryStore
 from reflector.reflection import Reflector
 from reflector.stores import sqlite_reflector
 
@@ -141,8 +142,8 @@ async def run_bench(
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAIServer(_fact_responder()) as server:
         config = _config(Path(tmp), server.base_url)
         conn = connect(config.storage.database_path)
-        store = SqliteSessionStore(conn)
-        memories = None if embed else SqliteMemoryStore(conn, None)
+        store = DatabaseSessionStore(SqliteDatabase(conn))
+        memories = None if embed else DatabaseMemoryStore(SqliteDatabase(conn), None)
         reflector = sqlite_reflector(config, conn, OpenAILLM(config.llm), memories=memories)
         chats = {
             store.get_or_create_chat("bench", name).id: size

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import connect
-from core.sqlite_delivery_store import SqliteDeliveryStore
+from core.delivery_store import DatabaseDeliveryStore
 from core.store import DeliveryTotals
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.testing.fake_telegram import FakeTelegramServer, user
@@ -84,7 +85,7 @@ def replies(tg: FakeTelegramServer, chat: int) -> list[str]:
 def totals(tmp_path: Path) -> DeliveryTotals:
     conn = connect(tmp_path / "data" / "mnemo.db")
     try:
-        return SqliteDeliveryStore(conn).delivery_totals("telegram")
+        return DatabaseDeliveryStore(SqliteDatabase(conn)).delivery_totals("telegram")
     finally:
         conn.close()
 

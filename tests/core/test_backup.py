@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from core.data_cli import PG_BACKUP
+from core.database import SqliteDatabase
 from core.db import connect, open_copy
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.store import NewMessage
 from core.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import run_mnemo, write_config
@@ -36,13 +37,13 @@ def test_backup_while_another_connection_writes_is_consistent_and_restorable(
     database = data / "mnemo.db"
     config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
     setup = connect(database)
-    chat = SqliteSessionStore(setup).get_or_create_chat("terminal", "busy")
+    chat = DatabaseSessionStore(SqliteDatabase(setup)).get_or_create_chat("terminal", "busy")
     setup.close()
     stop = threading.Event()
 
     def write() -> None:  # a question and its answer, always committed together
         writer = connect(database)
-        store, n = SqliteSessionStore(writer), 0
+        store, n = DatabaseSessionStore(SqliteDatabase(writer)), 0
         while not stop.is_set():
             store.append(chat.id, [NewMessage("user", f"q{n} " * 50), NewMessage("assistant", "a")])
             n += 1
@@ -84,7 +85,7 @@ def test_backup_while_another_connection_writes_is_consistent_and_restorable(
     [safety] = data.glob("mnemo.db.before-restore-*")
     assert pairs(safety)[0] > counts[0]  # what the restore replaced is kept
     conn = connect(database)  # a restart opens the restored database as usual
-    store = SqliteSessionStore(conn)
+    store = DatabaseSessionStore(SqliteDatabase(conn))
     assert store.count_messages(chat.id) == counts[0]
     assert store.messages_between(chat.id, 0, 1)[0].content.startswith("q0 ")
     conn.close()

@@ -9,9 +9,10 @@ import pytest
 from core.api import Chat
 from core.chat_keys import is_control_chat, resolve_chat
 from core.config import load_config
+from core.database import SqliteDatabase
 from core.db import connect
 from core.errors import ConfigError, InputError
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.text import whole_number
 
 
@@ -38,7 +39,7 @@ def test_control_chat_keys_are_stripped(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key", ["²", "٣", "1" * 30, "telegram", "  "])
 def test_a_chat_name_that_is_no_number_or_key_is_a_clear_error(tmp_path: Path, key: str) -> None:
     conn = connect(tmp_path / "mnemo.db", load_vec=False)
-    store = SqliteSessionStore(conn)
+    store = DatabaseSessionStore(SqliteDatabase(conn))
     store.get_or_create_chat("terminal", "local")
     with pytest.raises(InputError, match="give channel:chat_id or a chat's number"):
         resolve_chat(store, key)

@@ -160,11 +160,7 @@ async def _chat(runtime: Runtime, chat_id: str, turns: int, size: int = 200) -> 
 
 def set_summary(runtime: Runtime, summary: str) -> None:
     """Give chat 1's session a summary (no store method sets one outside a compaction)."""
-    statement = "UPDATE sessions SET summary = {} WHERE chat_id = 1"
-    if runtime.storage.postgres is not None:
-        runtime.storage.postgres.write(statement.format("%s"), (summary,))
-    else:
-        runtime.conn.execute(statement.format("?"), (summary,))
+    runtime.storage.database.write("UPDATE sessions SET summary = ? WHERE chat_id = 1", (summary,))
 
 
 def _summary_requests(server: FakeOpenAIServer) -> list[dict[str, Any]]:

@@ -114,10 +114,11 @@ def test_inspect_cli_json_and_unknown_chat(tmp_path: Path, fake_llm: FakeOpenAIS
     )
     conn = connect(tmp_path / "data" / "mnemo.db")
     try:
-        from core.sqlite_store import SqliteSessionStore
+        from core.database import SqliteDatabase
+        from core.session_store import DatabaseSessionStore
         from core.store import NewMessage
 
-        store = SqliteSessionStore(conn)
+        store = DatabaseSessionStore(SqliteDatabase(conn))
         chat = store.get_or_create_chat("telegram", "-100123:42", "group", "group")
         store.append(
             chat.id, [NewMessage("user", "hi", sender="ana"), NewMessage("assistant", "hello")]

@@ -20,10 +20,11 @@ import pytest
 
 from core.api import Inbound, Outbound
 from core.config import StorageConfig
+from core.database import SqliteDatabase
 from core.db import connect
+from core.delivery_store import DatabaseDeliveryStore
 from core.errors import LeaseLost
-from core.sqlite_delivery_store import SqliteDeliveryStore
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.storage import Storage, open_storage
 from core.store import DeliveryStore, NewMessage, SessionStore
 from core.stores import delivery_store, session_store
@@ -196,12 +197,14 @@ def test_an_upgraded_database_has_nothing_to_answer_again(tmp_path: Path) -> Non
     """SQLite only: PostgreSQL deployments start at this schema (no older ones exist)."""
     old = connect(tmp_path / "old.db", migrate=False)
     migrate(old, upto=10)
-    chat = SqliteSessionStore(old).get_or_create_chat("telegram", "5")
-    SqliteSessionStore(old).append(chat.id, [NewMessage("user", "an old question")])
+    chat = DatabaseSessionStore(SqliteDatabase(old)).get_or_create_chat("telegram", "5")
+    DatabaseSessionStore(SqliteDatabase(old)).append(
+        chat.id, [NewMessage("user", "an old question")]
+    )
     old.close()
     upgraded = connect(tmp_path / "old.db")
     try:
-        store = SqliteDeliveryStore(upgraded)
+        store = DatabaseDeliveryStore(SqliteDatabase(upgraded))
         assert store.chats_awaiting(["telegram"], max_attempts=3) == []
         assert store.receive(chat, inbound("a new one", "1")) is not None
         assert store.chats_awaiting(["telegram"], max_attempts=3) == [chat.id]

@@ -8,23 +8,24 @@ import httpx
 import pytest
 
 from core.config import LLMConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.discovery import discover, server_root
 from core.llm import OpenAILLM
 from core.model_profile import load_profile, window_for
 from core.probes import model_checks
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
 from tests.conftest import make_config
 from tests.core.support import light_runtime
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SqliteSessionStore:
-    return SqliteSessionStore(connect(tmp_path / "db.sqlite"))
+def store(tmp_path: Path) -> DatabaseSessionStore:
+    return DatabaseSessionStore(SqliteDatabase(connect(tmp_path / "db.sqlite")))
 
 
-async def _discover(traits: ServerTraits, store: SqliteSessionStore, model: str) -> str:
+async def _discover(traits: ServerTraits, store: DatabaseSessionStore, model: str) -> str:
     with FakeOpenAIServer(traits=traits) as server:
         config = LLMConfig(base_url=server.base_url, model=model)
         async with httpx.AsyncClient() as client:
@@ -38,12 +39,12 @@ def test_server_root_drops_the_v1() -> None:
     assert server_root("http://h:8080") == "http://h:8080"
 
 
-async def test_llama_cpp_props(store: SqliteSessionStore) -> None:
+async def test_llama_cpp_props(store: DatabaseSessionStore) -> None:
     said = await _discover(ServerTraits(props=True, n_ctx=2048), store, "fake-model")
     assert said == "2048 server /props (n_ctx)"
 
 
-async def test_vllm_max_model_len(store: SqliteSessionStore) -> None:
+async def test_vllm_max_model_len(store: DatabaseSessionStore) -> None:
     traits = ServerTraits(served=("Qwen/Qwen2.5-7B",), max_model_len=8192)
     said = await _discover(traits, store, "Qwen/Qwen2.5-7B")
     assert said == "8192 server /v1/models (max_model_len)"
@@ -58,19 +59,19 @@ async def test_vllm_max_model_len(store: SqliteSessionStore) -> None:
     ],
 )
 async def test_ollama_windows(
-    store: SqliteSessionStore, ollama: OllamaTraits, expected: str
+    store: DatabaseSessionStore, ollama: OllamaTraits, expected: str
 ) -> None:
     said = await _discover(ServerTraits(served=("llama3.2",), ollama=ollama), store, "llama3.2")
     assert said.startswith(expected)
 
 
-async def test_ollama_model_without_tools_is_remembered(store: SqliteSessionStore) -> None:
+async def test_ollama_model_without_tools_is_remembered(store: DatabaseSessionStore) -> None:
     traits = ServerTraits(served=("gemma",), ollama=OllamaTraits(tools=False))
     await _discover(traits, store, "gemma")
     assert load_profile(store, "gemma").tools is False
 
 
-async def test_a_server_that_says_nothing_leaves_the_default(store: SqliteSessionStore) -> None:
+async def test_a_server_that_says_nothing_leaves_the_default(store: DatabaseSessionStore) -> None:
     said = await _discover(ServerTraits(), store, "some-model")
     assert said.startswith("4096 default")
 
@@ -86,7 +87,9 @@ async def test_the_runtime_asks_at_start(tmp_path: Path) -> None:
             runtime.close()
 
 
-async def _checks(traits: ServerTraits, store: SqliteSessionStore, **llm: object) -> dict[str, str]:
+async def _checks(
+    traits: ServerTraits, store: DatabaseSessionStore, **llm: object
+) -> dict[str, str]:
     with FakeOpenAIServer(traits=traits) as server:
         config = LLMConfig(base_url=server.base_url, model="fake-model", max_retries=0)
         for key, value in llm.items():
@@ -97,7 +100,7 @@ async def _checks(traits: ServerTraits, store: SqliteSessionStore, **llm: object
     return {check.name: check.line() for check in checks}
 
 
-async def test_doctor_on_a_server_that_does_everything(store: SqliteSessionStore) -> None:
+async def test_doctor_on_a_server_that_does_everything(store: DatabaseSessionStore) -> None:
     lines = await _checks(ServerTraits(props=True, n_ctx=8192), store)
     assert all(line.startswith("[ok  ]") for line in lines.values()), lines
     assert "8192 tokens (server /props" in lines["context window"]
@@ -105,7 +108,7 @@ async def test_doctor_on_a_server_that_does_everything(store: SqliteSessionStore
     assert (profile.late_system, profile.tools, profile.structured) == (True, True, "json_schema")
 
 
-async def test_doctor_names_each_problem_and_its_fix(store: SqliteSessionStore) -> None:
+async def test_doctor_names_each_problem_and_its_fix(store: DatabaseSessionStore) -> None:
     traits = ServerTraits(strict_system=True, no_json_schema=True, tools_dropped=True)
     lines = await _checks(traits, store)
     assert (
@@ -118,7 +121,7 @@ async def test_doctor_names_each_problem_and_its_fix(store: SqliteSessionStore) 
     assert (profile.late_system, profile.tools_in_prompt) == (False, False)
 
 
-async def test_doctor_on_ollama_without_the_model_or_tools(store: SqliteSessionStore) -> None:
+async def test_doctor_on_ollama_without_the_model_or_tools(store: DatabaseSessionStore) -> None:
     missing = await _checks(ServerTraits(served=("qwen2.5",), ollama=OllamaTraits()), store)
     assert missing["model"].startswith("[FAIL]") and "ollama pull fake-model" in missing["model"]
     assert list(missing) == ["model"]
@@ -128,7 +131,7 @@ async def test_doctor_on_ollama_without_the_model_or_tools(store: SqliteSessionS
     assert load_profile(store, "fake-model").tools is False
 
 
-async def test_doctor_warns_when_config_and_server_disagree(store: SqliteSessionStore) -> None:
+async def test_doctor_warns_when_config_and_server_disagree(store: DatabaseSessionStore) -> None:
     lines = await _checks(ServerTraits(props=True, n_ctx=2048), store, context_window=8192)
     assert lines["context window"].startswith("[warn]")
     assert "server says 2048" in lines["context window"]
@@ -146,7 +149,7 @@ async def test_doctor_warns_when_config_and_server_disagree(store: SqliteSession
     ],
 )  # fmt: skip
 async def test_the_label_is_the_id_the_server_reports(
-    store: SqliteSessionStore, traits: ServerTraits, configured: str, label: str
+    store: DatabaseSessionStore, traits: ServerTraits, configured: str, label: str
 ) -> None:
     await _discover(traits, store, configured)
     profile = load_profile(store, configured)

@@ -372,7 +372,7 @@ async def test_a_turn_inside_which_the_server_drops_the_connection_is_answered_o
 ) -> None:
     """PostgreSQL: the server (or the network) drops the bot's connections while a turn is
     with the model. The turn's writes go to a fresh connection, all together, once."""
-    if rt.storage.postgres is None:
+    if rt.storage.engine != "postgresql":
         pytest.skip("a server that drops connections: PostgreSQL only")
     import psycopg
 
@@ -380,7 +380,7 @@ async def test_a_turn_inside_which_the_server_drops_the_connection_is_answered_o
     fake_llm.responder = gate
     turn = asyncio.create_task(rt.dispatcher(said("hello", message_id="1")))
     await eventually(lambda: len(fake_llm.requests) == 1)  # stored, now with the model
-    with psycopg.connect(rt.storage.postgres.url, autocommit=True) as admin:
+    with psycopg.connect(rt.storage.database.pg.url, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"

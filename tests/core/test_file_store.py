@@ -8,24 +8,23 @@ from pathlib import Path
 
 import pytest
 
+from core.config import StorageConfig
 from core.errors import InputError
-from core.file_store import DirectoryFileStore, FileStore
-from core.pg_db import PgDatabase
-from core.pg_file_store import PgFileStore
-from migrations import PG_NOW_FUNCTION, m0013_stored_files
+from core.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
+from core.storage import open_storage
 
 
-@pytest.fixture(params=["directory", "postgresql"])
-def files(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FileStore]:
+@pytest.fixture(params=["directory", "database"])
+def files(request: pytest.FixtureRequest, tmp_path: Path, storage_url: str) -> Iterator[FileStore]:
+    """Files under a directory, and as rows of `stored_files` on each engine."""
     if request.param == "directory":
+        if storage_url.startswith("postgresql"):
+            pytest.skip("the directory store needs no database")
         yield DirectoryFileStore(tmp_path / "data")
         return
-    db = PgDatabase(request.getfixturevalue("fresh_postgres_url"), migrate=False)
-    with db.transaction() as conn:
-        conn.execute(PG_NOW_FUNCTION)
-        m0013_stored_files.apply_postgresql(conn)
-    yield PgFileStore(db)
-    db.close()
+    storage = open_storage(StorageConfig(url=storage_url))
+    yield DatabaseFileStore(storage.database)
+    storage.close()
 
 
 def test_write_read_replace_delete(files: FileStore) -> None:
@@ -67,6 +66,7 @@ def test_the_location_says_where_a_file_is(files: FileStore, tmp_path: Path) -> 
     assert where in (
         str((tmp_path / "data/telegram/42/AGENTS.md").resolve()),
         "postgresql:telegram/42/AGENTS.md",
+        "sqlite:telegram/42/AGENTS.md",
     )
 
 

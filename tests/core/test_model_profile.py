@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import LLMConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.model_profile import (
     DEFAULT_WINDOW,
@@ -21,7 +22,7 @@ from core.model_profile import (
     server_disagrees,
     tools_enabled,
 )
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 
 
 def test_config_wins_then_learned_then_hosted_then_a_conservative_default() -> None:
@@ -48,12 +49,12 @@ def test_the_answer_reserve_is_at_most_a_quarter_of_the_window() -> None:
 
 def test_learned_facts_persist_and_only_changes_are_saved(tmp_path: Path) -> None:
     conn = connect(tmp_path / "db.sqlite")
-    store = SqliteSessionStore(conn)
+    store = DatabaseSessionStore(SqliteDatabase(conn))
     assert load_profile(store, "m") == ModelProfile("m")
     learn(store, "m", window=2048, window_source="overflow error")
     learn(store, "m", late_system=False)
     conn.close()
-    again = SqliteSessionStore(connect(tmp_path / "db.sqlite"))
+    again = DatabaseSessionStore(SqliteDatabase(connect(tmp_path / "db.sqlite")))
     profile = load_profile(again, "m")
     assert (profile.window, profile.late_system, profile.tools) == (2048, False, None)
     assert load_profile(again, "other").window is None

@@ -93,7 +93,7 @@ def test_the_url_picks_the_engine(fresh_postgres_url: str, tmp_path: object) -> 
     storage = open_storage(config, migrate=False)
     try:
         assert storage.engine == "postgresql"
-        assert storage.pg.info.vector_loaded  # the test server ships pgvector
+        assert storage.database.pg.info.vector_loaded  # the test server ships pgvector
         assert "PostgreSQL 18" in storage.describe()
     finally:
         storage.close()

@@ -10,10 +10,11 @@ import pytest
 
 from core.api import Chat
 from core.config import StorageConfig
+from core.database import SqliteDatabase
 from core.db import connect
 from core.model_profile import ModelProfile
 from core.pg_db import PgDatabase
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.storage import Storage, open_storage
 from core.store import CompactionRecord, NewMessage
 from core.stores import session_store
@@ -52,14 +53,14 @@ def test_upgrade_from_first_migration_keeps_rows(tmp_path: Path) -> None:
     old = connect(path, migrate=False)
     migrate(old, upto=1)
     assert applied_names(old) == ["m0001_initial"]
-    store = SqliteSessionStore(old)
+    store = DatabaseSessionStore(SqliteDatabase(old))
     chat = store.get_or_create_chat("terminal", "alice", "Alice", "private")
     store.append(chat.id, [NewMessage("user", "hello", "alice"), NewMessage("assistant", "hi")])
     old.close()
 
     upgraded = connect(path)
     assert applied_names(upgraded) == sorted(m.name for m in all_migrations())
-    store = SqliteSessionStore(upgraded)
+    store = DatabaseSessionStore(SqliteDatabase(upgraded))
     again = store.find_chat("terminal", "alice")
     assert again is not None and again.id == chat.id
     assert [m.content for m in store.history(chat.id)] == ["hello", "hi"]

@@ -13,8 +13,9 @@ from bots.runtime import Runtime
 from core.api import Inbound
 from core.calibration import estimator_for
 from core.config import Config
+from core.database import SqliteDatabase
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from core.tokens import (
     TokenEstimator,
@@ -67,7 +68,9 @@ async def test_calibration_converges_to_the_servers_ratio_and_persists(
     assert abs(calibration.chars_per_token - 2.5) < 0.05
     other = connect(runtime.config.storage.database_path)
     try:
-        again = SqliteSessionStore(other).load_calibration(runtime.config.llm.model)
+        again = DatabaseSessionStore(SqliteDatabase(other)).load_calibration(
+            runtime.config.llm.model
+        )
     finally:
         other.close()
     assert again is not None and again.chars_per_token == calibration.chars_per_token

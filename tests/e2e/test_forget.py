@@ -14,12 +14,13 @@ from bots.runtime import Runtime
 from core.api import Chat, Inbound
 from core.builtins import CoreExtension
 from core.chat_files import chat_dir
+from core.database import SqliteDatabase
 from core.db import Connection
 from core.summary import SUMMARY_MARKER
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.tool_results import keep_tool_result
 from memory.extension import MemoryExtension
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.extension import ReflectorExtension
 from reflector.store import ChatRun
 
@@ -100,7 +101,7 @@ async def fill(runtime: Runtime, key: str, fact: str) -> Chat:
     new = keeper.store.add(chat.id, f"{key} lives in Bergen now", "PROFILE", source="tool")
     keeper.store.supersede(old, new)
     assert keeper.rank(chat.id, fact, 5)  # the in-process keyword lists and vectors hold it
-    strategies = SqliteStrategyStore(runtime.conn)
+    strategies = DatabaseStrategyStore(runtime.storage.database)
     strategies.tag(strategies.add(chat.id, "style", f"Answer {key} briefly"), "helpful")
     keeper.files.write("chat", chat.channel, chat.external_chat_id, f"Notes about {key}.")
     keep_tool_result(
@@ -135,7 +136,8 @@ async def test_forgetme_deletes_everything_of_the_chat_and_nothing_of_another(
         m.id for m in keeper.store.list(ann.id, include_global=False, include_archived=True)
     ]
     ann_strategies = [
-        s.id for s in SqliteStrategyStore(conn).for_chat(ann.id, include_global=False)
+        s.id
+        for s in DatabaseStrategyStore(SqliteDatabase(conn)).for_chat(ann.id, include_global=False)
     ]
     usage_before = conn.execute("SELECT count(*) FROM llm_usage").fetchone()[0]
 

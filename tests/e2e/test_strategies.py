@@ -10,7 +10,7 @@ from bots.runtime import Runtime
 from core.api import Inbound
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.strategies.lifecycle import PROMOTED, SHADOW
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.extension import ReflectorExtension
 
 STRATEGY = "Answers in Spanish land better with this user"
@@ -39,7 +39,7 @@ async def test_a_strategy_earns_its_place_and_reaches_a_request(
 
     fake_llm.responder = responder
     reflector = reflector_of(runtime).reflector
-    store = SqliteStrategyStore(runtime.conn)
+    store = DatabaseStrategyStore(runtime.storage.database)
 
     async def turn_then_pass(text: str) -> list[dict[str, Any]]:
         await runtime.dispatcher(Inbound("terminal", "maria", text, sender_name="Maria"))

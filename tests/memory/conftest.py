@@ -12,7 +12,7 @@ import pytest
 
 from core.db import connect
 from core.pg_db import PgDatabase
-from core.storage import Storage
+from core.storage import Storage, postgres_storage, sqlite_storage
 from core.stores import session_store
 from memory.embeddings import Embedder
 from memory.store import MemoryStore
@@ -29,7 +29,7 @@ def without_pgvector(url: str) -> Storage:
     db = PgDatabase(url, migrate=False)
     db.info = replace(db.info, vector_version=None, vector_error="not installed (test)")
     db.migrate()
-    return Storage(postgres=db)
+    return postgres_storage(db)
 
 
 @dataclass
@@ -51,23 +51,19 @@ class Engine:
 
     def another_connection(self) -> Storage:
         """A second connection (pool) to the same database, as another process has."""
-        if self.storage.sqlite is not None:
-            return Storage(sqlite=connect(self.storage.sqlite.info.path))
-        db = PgDatabase(self.storage.pg.url, migrate=False)
-        db.info = self.storage.pg.info
-        return Storage(postgres=db)
+        database: Any = self.storage.database
+        if self.storage.engine == "sqlite":
+            return sqlite_storage(connect(database.conn.info.path))
+        db = PgDatabase(database.pg.url, migrate=False)
+        db.info = database.pg.info
+        return postgres_storage(db)
 
     def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of one query; `?` placeholders on both engines."""
-        if self.storage.sqlite is not None:
-            return [tuple(row) for row in self.storage.sqlite.execute(sql, params).fetchall()]
-        return self.storage.pg.read(sql.replace("?", "%s"), params)
+        return [tuple(row) for row in self.storage.database.read(sql, params)]
 
     def run(self, sql: str, params: tuple[Any, ...] = ()) -> None:
-        if self.storage.sqlite is not None:
-            self.storage.sqlite.execute(sql, params)
-        else:
-            self.storage.pg.write(sql.replace("?", "%s"), params)
+        self.storage.database.write(sql, params)
 
     def vector_ids(self) -> set[int]:
         """Memories with a stored vector (the float table both engines keep)."""
@@ -80,7 +76,7 @@ class Engine:
         return found
 
     def _tables_sql(self) -> str:
-        if self.storage.sqlite is not None:
+        if self.storage.engine == "sqlite":
             return "SELECT name FROM sqlite_master WHERE type = 'table'"
         return "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
 

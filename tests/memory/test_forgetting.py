@@ -11,6 +11,7 @@ import pytest
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.config import Config
+from core.database import SqliteDatabase
 from core.db import connect
 from core.llm import OpenAILLM
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
@@ -23,7 +24,7 @@ from memory.forgetting import (
     texts_to_embed,
     third_person,
 )
-from memory.sqlite_store import SqliteMemoryStore
+from memory.memory_store import DatabaseMemoryStore
 from memory.store import Tombstone
 from migrations import migrate
 from reflector.extension import ReflectorExtension
@@ -145,7 +146,7 @@ async def test_keyword_only_the_reflector_still_skips_a_forgotten_fact(
     conn = connect(config.storage.database_path)
     try:
         plain = sqlite_reflector(
-            config, conn, OpenAILLM(config.llm), memories=SqliteMemoryStore(conn)
+            config, conn, OpenAILLM(config.llm), memories=DatabaseMemoryStore(SqliteDatabase(conn))
         )
         fake_llm.add(facts("Alice's sister is called Ana", "Alice's brother is called Rui"))
         report = await plain.run_pass()
@@ -252,10 +253,12 @@ def test_an_old_database_gains_senders_and_tombstones_keeping_its_memories(
         "INSERT INTO memories (chat_id, content, category) VALUES (1, 'likes tea', 'PROFILE')"
     )
     migrate(conn)
-    [memory] = SqliteMemoryStore(conn).list(1)
+    [memory] = DatabaseMemoryStore(SqliteDatabase(conn)).list(1)
     assert (memory.content, memory.sender_id, memory.sender_name) == ("likes tea", "", "")
-    SqliteMemoryStore(conn).forget(memory.id, forgotten_by="test")
-    assert [t.content for t in SqliteMemoryStore(conn).tombstones(1)] == ["likes tea"]
+    DatabaseMemoryStore(SqliteDatabase(conn)).forget(memory.id, forgotten_by="test")
+    assert [t.content for t in DatabaseMemoryStore(SqliteDatabase(conn)).tombstones(1)] == [
+        "likes tea"
+    ]
     conn.close()
 
 

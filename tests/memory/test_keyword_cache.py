@@ -6,9 +6,10 @@ import random
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
-from memory import index_store, keyword_cache, pg_index_store, posting_lists
+from core.session_store import DatabaseSessionStore
+from memory import keyword_cache, pg_index, posting_lists, sqlite_index
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists
 from memory.posting_lists import PostingLists, memory_stems, query_terms
 from memory.stores import memory_store
@@ -28,7 +29,7 @@ QUERIES = ["garden roses", "red tulips bloom", "water", "street kitchen", "sun t
 
 
 def chat(conn: Connection, name: str) -> int:
-    return SqliteSessionStore(conn).get_or_create_chat("test", name).id
+    return DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", name).id
 
 
 def fts5_scores(conn: Connection, query: str) -> dict[int, float]:
@@ -292,7 +293,7 @@ def test_triggers_log_what_ranking_sees(engine: Engine) -> None:
 def test_a_pruned_log_rebuilds_lists_that_missed_entries(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for module in (index_store, pg_index_store):
+    for module in (sqlite_index, pg_index):
         monkeypatch.setattr(module, "LOG_PRUNE_AT", 6)
         monkeypatch.setattr(module, "LOG_KEEP", 2)
     a, b = engine.chat("a"), engine.chat("b")

@@ -7,25 +7,26 @@ from pathlib import Path
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.config import Config
+from core.database import SqliteDatabase
 from core.db import Connection
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.embeddings import Embedder
 from memory.keeper import MemoryKeeper
-from memory.sqlite_store import SqliteMemoryStore
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.memory_store import DatabaseMemoryStore
+from memory.strategies.strategy_store import DatabaseStrategyStore
 from tests.conftest import run_mnemo, write_config
 
 
-def promoted_strategy(runtime: Runtime, chat_key: str) -> tuple[SqliteStrategyStore, int]:
+def promoted_strategy(runtime: Runtime, chat_key: str) -> tuple[DatabaseStrategyStore, int]:
     chat = runtime.store.get_or_create_chat("terminal", chat_key)
-    store = SqliteStrategyStore(runtime.conn)
+    store = DatabaseStrategyStore(runtime.storage.database)
     strategy_id = store.add(chat.id, "format", "Numbered steps work better for this user")
     store.tag(strategy_id, "helpful")
     store.tag(strategy_id, "helpful")
     return store, strategy_id
 
 
-def last_used(store: SqliteStrategyStore, strategy_id: int) -> str:
+def last_used(store: DatabaseStrategyStore, strategy_id: int) -> str:
     strategy = store.get(strategy_id)
     assert strategy is not None
     return strategy.last_used_at
@@ -63,7 +64,7 @@ def test_reading_the_keeper_loads_no_model(config: Config, conn: Connection) -> 
         loads.append("loaded")
         return None
 
-    keeper = MemoryKeeper(config, SqliteMemoryStore(conn), factory)
+    keeper = MemoryKeeper(config, DatabaseMemoryStore(SqliteDatabase(conn)), factory)
     assert keeper.embedder is None and keeper.store.embedder is None
     assert keeper.mode() == "bm25" and not keeper.loaded
     assert loads == []

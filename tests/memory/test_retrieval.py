@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
-from core.storage import Storage
+from core.session_store import DatabaseSessionStore
+from core.storage import sqlite_storage
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import MODES, effective_mode, rank_memories, score_fusion
-from memory.sqlite_store import SqliteMemoryStore
 from memory.terms import (
     content_terms,
     fts_query,
@@ -113,21 +114,30 @@ def test_fallback_to_keywords_without_sqlite_vec(
     monkeypatch.setattr(retrieval, "_warned_fallback", False)
     conn = connect(tmp_path / "novec.db", load_vec=False)
     assert not conn.info.vec_loaded
-    ids = corpus(Engine(Storage(sqlite=conn)), embedder)  # stored without vectors, no failure
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
-    assert effective_mode(SqliteMemoryStore(conn, embedder), "hybrid") == "bm25"
+    ids = corpus(Engine(sqlite_storage(conn)), embedder)  # stored without vectors, no failure
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
+    assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "hybrid") == "bm25"
     with caplog.at_level(logging.WARNING, logger="memory.rank"):
-        first = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What car do I drive?", 3)
-        rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "What is my dog called?", 3)
+        first = rank_memories(
+            DatabaseMemoryStore(SqliteDatabase(conn), embedder), chat_id, "What car do I drive?", 3
+        )
+        rank_memories(
+            DatabaseMemoryStore(SqliteDatabase(conn), embedder),
+            chat_id,
+            "What is my dog called?",
+            3,
+        )
     assert first[0].memory.id == ids["car"]
     warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
     assert len(warnings) == 1 and "sqlite-vec is not loaded" in warnings[0].getMessage()
     conn.close()
     # once sqlite-vec loads again, the missing vectors are filled and hybrid runs
     again = connect(tmp_path / "novec.db")
-    store = SqliteMemoryStore(again, embedder)
+    store = DatabaseMemoryStore(SqliteDatabase(again), embedder)
     assert store.embed_missing() == len(CORPUS)
-    assert effective_mode(SqliteMemoryStore(again, embedder), "hybrid") == "hybrid"
+    assert (
+        effective_mode(DatabaseMemoryStore(SqliteDatabase(again), embedder), "hybrid") == "hybrid"
+    )
     again.close()
 
 
@@ -136,7 +146,7 @@ def test_postgresql_without_pgvector_ranks_in_process(
 ) -> None:
     """A server without pgvector: vectors are kept as float32 bytes, hybrid and knn rank
     from them in this process and the near-duplicate check scores them here (logged once)."""
-    from memory import pg_index_store
+    from memory import pg_index
 
     storage = without_pgvector(fresh_postgres_url)
     engine = Engine(storage)
@@ -148,8 +158,8 @@ def test_postgresql_without_pgvector_ranks_in_process(
     for mode in ("knn", "hybrid"):
         top = rank_memories(store, chat_id, "Which pet do I have?", 1, mode=mode)
         assert top[0].memory.id == ids["dog"], mode
-    pg_index_store._warned_in_process = False
-    with caplog.at_level(logging.WARNING, logger="memory.pg_index_store"):
+    pg_index._warned_in_process = False
+    with caplog.at_level(logging.WARNING, logger="memory.pg_index"):
         found = store.find_near_duplicate(chat_id, "the user's dog is a golden retriever, Rex")
         store.find_near_duplicate(chat_id, "The user drives a red Volvo")
     assert found is not None and found.id == ids["dog"]
@@ -166,11 +176,15 @@ def test_fallback_when_the_model_cannot_load(
         assert load_embedder(missing) is None  # cached: one warning, no second attempt
     assert len([r for r in caplog.records if "could not be loaded" in r.getMessage()]) == 1
     conn = connect(tmp_path / "m.db")
-    ids = corpus(Engine(Storage(sqlite=conn)), None)
-    chat_id = SqliteSessionStore(conn).find_chat("test", "a").id
-    assert effective_mode(SqliteMemoryStore(conn), "knn") == "bm25"
+    ids = corpus(Engine(sqlite_storage(conn)), None)
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
+    assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn)), "knn") == "bm25"
     ranked = rank_memories(
-        SqliteMemoryStore(conn), chat_id, "Which food am I allergic to?", 2, mode="knn"
+        DatabaseMemoryStore(SqliteDatabase(conn)),
+        chat_id,
+        "Which food am I allergic to?",
+        2,
+        mode="knn",
     )
     assert ranked[0].memory.id == ids["food"]
     conn.close()
@@ -223,8 +237,8 @@ def test_score_fusion() -> None:
 def test_time_aware_ranking_raises_dated_memories_for_when_questions(tmp_path: Path) -> None:
     """A "when" question lifts the memory that names a time over an equal keyword match."""
     conn = connect(tmp_path / "time.db")
-    chat = SqliteSessionStore(conn).get_or_create_chat("test", "1")
-    store = SqliteMemoryStore(conn, None)
+    chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", "1")
+    store = DatabaseMemoryStore(SqliteDatabase(conn), None)
     plain = store.add(chat.id, "Ana went to the pottery class", "EVENT", source="test")
     dated = store.add(chat.id, "Ana went to the pottery class yesterday", "EVENT", source="test")
     question = "When did Ana go to the pottery class?"

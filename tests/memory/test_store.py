@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import Connection, connect
 from core.errors import InputError
-from core.sqlite_store import SqliteSessionStore
-from memory import index_store
+from core.session_store import DatabaseSessionStore
+from memory import sqlite_index
 from memory.embeddings import Embedder
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import effective_mode, rank_memories
-from memory.sqlite_store import SqliteMemoryStore
 from memory.terms import token_list
 from migrations import migrate
 from tests.memory.conftest import Engine
@@ -43,16 +44,16 @@ class HashEmbedder:
 
 
 def chat(conn: Connection, name: str) -> int:
-    return SqliteSessionStore(conn).get_or_create_chat("test", name).id
+    return DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", name).id
 
 
 def test_migration_upgrades_an_old_database_with_rows(tmp_path: Path) -> None:
     old = connect(tmp_path / "old.db", migrate=False)
     migrate(old, upto=1)
-    chat_id = SqliteSessionStore(old).get_or_create_chat("telegram", "1").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(old)).get_or_create_chat("telegram", "1").id
     old.close()
     upgraded = connect(tmp_path / "old.db")
-    store = SqliteMemoryStore(upgraded)
+    store = DatabaseMemoryStore(SqliteDatabase(upgraded))
     memory_id = store.add(chat_id, "likes tea", "PROFILE", source="test")
     assert store.get(memory_id) is not None and store.get(memory_id).chat_id == chat_id
     upgraded.close()
@@ -223,13 +224,16 @@ def test_forget_chat_takes_vectors_links_tombstones_and_log(
 
 def test_reindex_rebuilds_a_lost_keyword_index(conn: Connection) -> None:
     """SQLite only: its FTS5 table is store-written; PostgreSQL's index is its own."""
-    store = SqliteMemoryStore(conn)
+    store = DatabaseMemoryStore(SqliteDatabase(conn))
     a = chat(conn, "a")
     memory_id = store.add(a, "plays the violin", "PROFILE", source="t", context="orchestra")
     conn.execute("DELETE FROM memories_fts")
     # ranking reads `memories` itself, so it never depended on the lost rows
     assert [
-        r.memory.id for r in rank_memories(SqliteMemoryStore(conn), a, "violin", 3, mode="bm25")
+        r.memory.id
+        for r in rank_memories(
+            DatabaseMemoryStore(SqliteDatabase(conn)), a, "violin", 3, mode="bm25"
+        )
     ] == [memory_id]
     store.reindex()
     found = conn.execute(
@@ -256,5 +260,5 @@ def test_an_update_without_a_model_drops_the_old_vector(engine: Engine, embedder
 def test_the_sqlite_known_memory_lookup_starts_from_the_full_text_index(conn: Connection) -> None:
     """SQLite only (PostgreSQL plans its own): one MATCH over the index, not one per memory
     of the chat (which took 3 s at 9,000 memories)."""
-    plan = index_store.matching_plan(conn)
+    plan = sqlite_index.matching_plan(conn)
     assert plan[0].startswith("SCAN f VIRTUAL TABLE"), plan

@@ -7,9 +7,10 @@ import random
 import numpy as np
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import Connection
 from memory import vector_cache
-from memory.sqlite_store import SqliteMemoryStore
+from memory.memory_store import DatabaseMemoryStore
 from memory.vector_cache import ChatVectors, chat_vectors
 from tests.memory.test_store import HashEmbedder, chat
 
@@ -44,8 +45,8 @@ def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
     rng = random.Random(5)
     chats = [chat(conn, name) for name in "abc"]
     embedder = HashEmbedder()
-    store = SqliteMemoryStore(conn, embedder)
-    plain = SqliteMemoryStore(conn)  # stores without a vector, embedded later
+    store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
+    plain = DatabaseMemoryStore(SqliteDatabase(conn))  # stores without a vector, embedded later
     live: list[int] = []
     scopes = [*chats, None]
 
@@ -85,9 +86,9 @@ def test_a_memory_embedded_later_reaches_the_held_vectors(conn: Connection) -> N
     """A vector written after the memory (model load, reindex, upkeep) is a logged change."""
     a = chat(conn, "a")
     embedder = HashEmbedder()
-    store = SqliteMemoryStore(conn, embedder)
+    store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
     first = store.add(a, "tea in the garden", "EVENT", source="t")
-    later = SqliteMemoryStore(conn).add(a, "roses and rain", "EVENT", source="t")
+    later = DatabaseMemoryStore(SqliteDatabase(conn)).add(a, "roses and rain", "EVENT", source="t")
     query = embedder.embed_query("roses rain")
     assert set(as_dict(chat_vectors(store, a), query)) == {first}
     assert store.embed_missing() == 1

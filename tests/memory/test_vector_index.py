@@ -7,12 +7,13 @@ import logging
 import numpy as np
 import pytest
 
+from core.database import SqliteDatabase
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
-from core.storage import Storage
-from memory import index_store, pg_index_store
+from core.session_store import DatabaseSessionStore
+from core.storage import postgres_storage
+from memory import pg_index, sqlite_index
+from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import effective_mode, rank_memories
-from memory.sqlite_store import SqliteMemoryStore
 from tests.memory.conftest import Engine, memory_pg_database, without_pgvector
 from tests.memory.test_store import HashEmbedder
 
@@ -21,13 +22,13 @@ DIM = 64
 
 def random_index(conn: Connection, count: int, seed: int) -> tuple[np.ndarray, list[int]]:
     """`count` random unit vectors, ids 1..count, every third one in scope 2, others scope 1."""
-    index_store.ensure_vector_table(conn, "random", DIM)
+    sqlite_index.ensure_vector_table(conn, "random", DIM)
     rng = np.random.default_rng(seed)
     vectors = rng.standard_normal((count, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     scopes = [2 if number % 3 == 0 else 1 for number in range(count)]
     for number, (vector, scope) in enumerate(zip(vectors, scopes, strict=True)):
-        index_store.store_vector(conn, number + 1, scope, vector.tolist())
+        sqlite_index.store_vector(conn, number + 1, scope, vector.tolist())
     return vectors, scopes
 
 
@@ -46,14 +47,14 @@ def test_nearest_equals_exact_knn(conn: Connection, count: int, k: int) -> None:
     Beyond that the binary stage is approximate; on real embeddings it kept LoCoMo's
     cov@10 unchanged (random Gaussian vectors, as here, quantise far worse).
     """
-    assert count * 2 // 3 <= index_store.RESCORE_MIN
+    assert count * 2 // 3 <= sqlite_index.RESCORE_MIN
     vectors, scopes = random_index(conn, count, seed=count + k)
     rng = np.random.default_rng(1)
     for _ in range(20):
         query = rng.standard_normal(DIM).astype(np.float32)
         query /= np.linalg.norm(query)
-        for wanted in ([1], [1, index_store.GLOBAL_SCOPE], [2]):
-            got = index_store.nearest(conn, wanted, query.tolist(), k)
+        for wanted in ([1], [1, sqlite_index.GLOBAL_SCOPE], [2]):
+            got = sqlite_index.nearest(conn, wanted, query.tolist(), k)
             expected = exact(vectors, scopes, set(wanted), query, k)
             assert [mid for mid, _ in got] == [mid for mid, _ in expected]
             assert np.allclose([d for _, d in got], [d for _, d in expected], atol=1e-5)
@@ -62,7 +63,7 @@ def test_nearest_equals_exact_knn(conn: Connection, count: int, k: int) -> None:
 def test_similarities_are_exact_cosines(conn: Connection) -> None:
     vectors, _ = random_index(conn, 50, seed=3)
     query = vectors[7] + vectors[8]
-    sims = index_store.similarities(conn, query.tolist(), [8, 9, 999])
+    sims = sqlite_index.similarities(conn, query.tolist(), [8, 9, 999])
     assert set(sims) == {8, 9}  # 999 has no vector
     cosine = float(vectors[7] @ query / np.linalg.norm(query))
     assert sims[8] == pytest.approx(cosine, abs=1e-5)
@@ -70,18 +71,18 @@ def test_similarities_are_exact_cosines(conn: Connection) -> None:
 
 def old_layout(conn: Connection, chat_id: int, embedder: HashEmbedder) -> list[int]:
     """A database as layout 1 left it: one float vec0 table, no layout recorded."""
-    store = SqliteMemoryStore(conn)
+    store = DatabaseMemoryStore(SqliteDatabase(conn))
     ids = [store.add(chat_id, text, "KNOWLEDGE", source="t") for text in ("red apple", "blue sky")]
-    conn.execute(f"DROP TABLE IF EXISTS {index_store.VEC_TABLE}")
-    conn.execute(f"DROP TABLE IF EXISTS {index_store.FLOAT_TABLE}")
+    conn.execute(f"DROP TABLE IF EXISTS {sqlite_index.VEC_TABLE}")
+    conn.execute(f"DROP TABLE IF EXISTS {sqlite_index.FLOAT_TABLE}")
     conn.execute(
-        f"CREATE VIRTUAL TABLE {index_store.VEC_TABLE} USING vec0(memory_id INTEGER PRIMARY KEY,"
+        f"CREATE VIRTUAL TABLE {sqlite_index.VEC_TABLE} USING vec0(memory_id INTEGER PRIMARY KEY,"
         f" chat INTEGER, embedding FLOAT[{embedder.dim}] distance_metric=cosine)"
     )
     for memory_id, vector in zip(ids, embedder.embed(["red apple", "blue sky"]), strict=True):
         conn.execute(
-            f"INSERT INTO {index_store.VEC_TABLE} VALUES (?, ?, ?)",
-            (memory_id, chat_id, index_store.pack_vector(vector)),
+            f"INSERT INTO {sqlite_index.VEC_TABLE} VALUES (?, ?, ?)",
+            (memory_id, chat_id, sqlite_index.pack_vector(vector)),
         )
     conn.execute("DELETE FROM memory_index_meta")
     conn.execute(
@@ -97,22 +98,26 @@ def test_an_old_layout_is_rebuilt_never_queried(
     conn: Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     embedder = HashEmbedder()
-    chat_id = SqliteSessionStore(conn).get_or_create_chat("test", "a").id
+    chat_id = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("test", "a").id
     ids = old_layout(conn, chat_id, embedder)
-    assert not index_store.vector_index_ready(conn, embedder.model_name, embedder.dim)
+    assert not sqlite_index.vector_index_ready(conn, embedder.model_name, embedder.dim)
     assert (
-        effective_mode(SqliteMemoryStore(conn, embedder), "knn") == "bm25"
+        effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "knn") == "bm25"
     )  # never the old tables
-    store = SqliteMemoryStore(conn, embedder)
+    store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
     with caplog.at_level(logging.WARNING, logger="memory.index"):
         assert store.count_missing_vectors() == 0  # recorded as embedded, but ...
         assert store.embed_missing() == 2  # ... the layout change forces a re-embed
     assert "layout changed from 1 to 2" in caplog.text
-    assert index_store.vector_index_ready(conn, embedder.model_name, embedder.dim)
-    assert effective_mode(SqliteMemoryStore(conn, embedder), "knn") == "knn"
-    top = rank_memories(SqliteMemoryStore(conn, embedder), chat_id, "blue sky", 1, mode="knn")
+    assert sqlite_index.vector_index_ready(conn, embedder.model_name, embedder.dim)
+    assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "knn") == "knn"
+    top = rank_memories(
+        DatabaseMemoryStore(SqliteDatabase(conn), embedder), chat_id, "blue sky", 1, mode="knn"
+    )
     assert top[0].memory.id == ids[1]
-    assert SqliteMemoryStore(conn, embedder).embed_missing() == 0  # rebuilt once, then stable
+    assert (
+        DatabaseMemoryStore(SqliteDatabase(conn), embedder).embed_missing() == 0
+    )  # rebuilt once, then stable
 
 
 def test_update_delete_and_reindex_keep_both_tables_in_step(engine: Engine) -> None:
@@ -149,10 +154,10 @@ def test_postgresql_nearest_is_exact_knn_within_scopes(
     """PostgreSQL's KNN (pgvector's exact `<=>` order, or numpy without pgvector) returns
     exactly the nearest vectors of the asked scopes."""
     if pgvector:
-        storage = Storage(postgres=memory_pg_database(fresh_postgres_url))
+        storage = postgres_storage(memory_pg_database(fresh_postgres_url))
     else:
         storage = without_pgvector(fresh_postgres_url)
-    assert storage.pg.info.vector_loaded == pgvector  # the test server ships pgvector
+    assert storage.database.pg.info.vector_loaded == pgvector  # the test server ships pgvector
     engine = Engine(storage)
     chats = {1: engine.chat("one"), 2: engine.chat("two")}
     store = engine.store(RandomEmbedder())  # type: ignore[arg-type]
@@ -169,8 +174,8 @@ def test_postgresql_nearest_is_exact_knn_within_scopes(
         query = rng.standard_normal(DIM).astype(np.float32)
         query /= np.linalg.norm(query)
         for wanted in ([1], [2], [1, 2]):
-            with storage.pg.connection() as conn:
-                got = pg_index_store.nearest(
+            with storage.database.pg.connection() as conn:
+                got = pg_index.nearest(
                     conn, [chats[w] for w in wanted], query.tolist(), 10, pgvector
                 )
             expected = exact(vectors, scopes, set(wanted), query, 10)

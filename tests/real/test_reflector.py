@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from core.api import Inbound
+from core.database import SqliteDatabase
 from core.db import connect
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.testing.llama_server import LlamaServer
-from reflector.sqlite_store import SqliteCursorStore, SqliteRunStore
+from reflector.state_store import DatabaseCursorStore, DatabaseRunStore
 from tests.conftest import run_mnemo
 from tests.real.conftest import RuntimeFactory, write_real_config
 
@@ -40,10 +41,10 @@ async def test_one_reflector_pass_moves_the_cursor(
 
     conn = connect(tmp_path / "data" / "mnemo.db")
     try:
-        chat = SqliteSessionStore(conn).get_or_create_chat("terminal", "local")
-        newest = SqliteSessionStore(conn).newest_message_id(chat.id)
-        position = SqliteCursorStore(conn).position(chat.id)
-        runs = SqliteRunStore(conn).recent(chat.id)
+        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat("terminal", "local")
+        newest = DatabaseSessionStore(SqliteDatabase(conn)).newest_message_id(chat.id)
+        position = DatabaseCursorStore(SqliteDatabase(conn)).position(chat.id)
+        runs = DatabaseRunStore(SqliteDatabase(conn)).recent(chat.id)
     finally:
         conn.close()
     assert "Traceback" not in result.stderr, result.stderr

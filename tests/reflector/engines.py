@@ -1,5 +1,5 @@
 """Test helpers for running the reflector's tests on both engines: raw SQL for assertions
-(`?` placeholders, turned into psycopg's `%s` on PostgreSQL) and a chat with messages."""
+(`?` placeholders, through the `Database` seam) and a chat with messages."""
 
 from __future__ import annotations
 
@@ -7,30 +7,22 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from core.db import transaction as sqlite_transaction
 from core.storage import Storage
 
 
 def query(storage: Storage, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
     """Every row of `sql` on either engine."""
-    if storage.postgres is not None:
-        return storage.postgres.read(sql.replace("?", "%s"), params)
-    return storage.sqlite_conn.execute(sql, params).fetchall()
+    return storage.database.read(sql, params)
 
 
 def execute(storage: Storage, sql: str, params: Sequence[Any] = ()) -> None:
     """One committed write on either engine."""
-    if storage.postgres is not None:
-        storage.postgres.write(sql.replace("?", "%s"), params)
-    else:
-        storage.sqlite_conn.execute(sql, params)
+    storage.database.write(sql, params)
 
 
 def transaction(storage: Storage) -> AbstractContextManager[Any]:
     """One unit of work on either engine."""
-    if storage.postgres is not None:
-        return storage.postgres.transaction()
-    return sqlite_transaction(storage.sqlite_conn)
+    return storage.database.transaction()
 
 
 def chat_with_messages(storage: Storage, name: str, count: int) -> tuple[int, list[int]]:

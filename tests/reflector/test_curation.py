@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.database import SqliteDatabase
 from core.db import Connection
-from core.sqlite_store import SqliteSessionStore
+from core.session_store import DatabaseSessionStore
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
 from memory.strategies.lifecycle import ARCHIVED, PROMOTED, SHADOW
-from memory.strategies.sqlite_store import SqliteStrategyStore
+from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.curation import apply_operations, existing_block, parse_operations
 
 
 def chats(conn: Connection) -> tuple[int, int]:
-    store = SqliteSessionStore(conn)
+    store = DatabaseSessionStore(SqliteDatabase(conn))
     return store.get_or_create_chat("t", "a").id, store.get_or_create_chat("t", "b").id
 
 
 def test_operations_are_applied(conn: Connection) -> None:
     mine, _ = chats(conn)
-    store = SqliteStrategyStore(conn)
+    store = DatabaseStrategyStore(SqliteDatabase(conn))
     existing = store.add(mine, "tone", "A dry sense of humour goes down well with this user")
     other = store.add(mine, "dates", "Dates written as 2026-01-31 avoid confusion here")
     ops, dropped = parse_operations(
@@ -42,7 +43,7 @@ def test_operations_are_applied(conn: Connection) -> None:
 
 def test_operations_are_rejected(conn: Connection) -> None:
     mine, theirs = chats(conn)
-    store = SqliteStrategyStore(conn)
+    store = DatabaseStrategyStore(SqliteDatabase(conn))
     foreign = store.add(theirs, "tone", "Formal greetings work better with this user")
     ops, dropped = parse_operations(
         [
@@ -68,7 +69,7 @@ def test_operations_are_rejected(conn: Connection) -> None:
 
 def test_near_duplicate_add_becomes_a_tag(conn: Connection) -> None:
     mine, _ = chats(conn)
-    store = SqliteStrategyStore(conn)
+    store = DatabaseStrategyStore(SqliteDatabase(conn))
     sid = store.add(mine, "language", "Answers in Spanish land better with this user")
     ops, _ = parse_operations(
         [
@@ -95,7 +96,7 @@ async def test_only_promoted_strategies_reach_a_request(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
     chat = runtime.store.get_or_create_chat("terminal", "s")
-    store = SqliteStrategyStore(runtime.conn)
+    store = DatabaseStrategyStore(runtime.storage.database)
     shadow = store.add(chat.id, "tone", "Shadow idea that has not earned its place")
     promoted = store.add(chat.id, "format", "Numbered steps work better for this user")
     store.tag(promoted, "helpful")

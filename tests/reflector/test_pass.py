@@ -15,7 +15,7 @@ from core.storage import Storage, open_storage
 from core.store import NewMessage
 from core.stores import session_store
 from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from memory import index_store, pg_index_store
+from memory import pg_index, sqlite_index
 from memory.embeddings import Embedder
 from memory.stores import memory_store
 from reflector.facts import FactTally, FactWriter, PreparedFact
@@ -331,7 +331,7 @@ async def test_a_cursor_moved_elsewhere_during_the_call_writes_nothing(
 async def test_maintenance_archives_stale_deletes_expired_and_embeds_missing(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch, db: Storage, reflectors: Reflectors
 ) -> None:
-    for log in (index_store, pg_index_store):  # the memory change log, on either engine
+    for log in (sqlite_index, pg_index):  # the memory change log, on either engine
         monkeypatch.setattr(log, "LOG_PRUNE_AT", 3)
         monkeypatch.setattr(log, "LOG_KEEP", 1)
     bare = reflectors.open()

@@ -147,7 +147,7 @@ async def test_extracted_facts_are_injected_into_a_later_turn(
 async def test_a_pass_curates_the_strategy_playbook_in_the_same_call(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
-    from memory.strategies.sqlite_store import SqliteStrategyStore
+    from memory.strategies.strategy_store import DatabaseStrategyStore
 
     extension = find_extension(runtime)
     chat = runtime.store.get_or_create_chat("terminal", "alice")
@@ -169,8 +169,13 @@ async def test_a_pass_curates_the_strategy_playbook_in_the_same_call(
     assert (
         '"strategies"' in request[0]["content"] and "<existing_strategies>" in request[1]["content"]
     )
-    [strategy] = SqliteStrategyStore(runtime.conn).for_chat(chat.id, include_global=False)
+    [strategy] = DatabaseStrategyStore(runtime.storage.database).for_chat(
+        chat.id, include_global=False
+    )
     assert strategy.content == "Numbered steps work well for Alice"
     [row] = extension.reflector.runs.recent(chat.id)
-    runs = {run_id for _, _, run_id, _ in SqliteStrategyStore(runtime.conn).events(strategy.id)}
+    runs = {
+        run_id
+        for _, _, run_id, _ in DatabaseStrategyStore(runtime.storage.database).events(strategy.id)
+    }
     assert runs == {row.id}

@@ -13,7 +13,7 @@ import pytest
 from core.config import StorageConfig
 from core.db import connect
 from core.pg_db import PgDatabase
-from core.storage import Storage, open_storage
+from core.storage import Storage, open_storage, postgres_storage, sqlite_storage
 from migrations import migrate
 from reflector.store import ChatRun, Lease
 from reflector.stores import cursor_store, lease_store, run_store
@@ -38,16 +38,16 @@ def open_old(url: str, upto: int) -> Storage:
     if url.startswith("postgresql://"):
         postgres = PgDatabase(url, migrate=False)
         postgres.migrate(upto=upto)
-        return Storage(postgres=postgres)
+        return postgres_storage(postgres)
     path = Path(url.removeprefix("sqlite:///"))
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path, migrate=False)
     migrate(conn, upto=upto)
-    return Storage(sqlite=conn)
+    return sqlite_storage(conn)
 
 
 def table_names(storage: Storage) -> set[str]:
-    if storage.postgres is not None:
+    if storage.engine == "postgresql":
         rows = query(storage, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     else:
         rows = query(storage, "SELECT name FROM sqlite_master WHERE type = 'table'")
@@ -375,8 +375,8 @@ def test_a_claimant_skips_a_chat_being_claimed_elsewhere_instead_of_waiting(
     first = leases.claim_next([a, b])
     assert first is not None and first.chat_id == a
     leases.release(first)  # its row stays, vacant
-    with one.pg.transaction() as conn:  # another worker in the middle of claiming a
-        conn.execute("SELECT 1 FROM reflector_leases WHERE chat_id = %s FOR UPDATE", (a,))
+    with one.database.transaction():  # another worker in the middle of claiming a
+        one.database.read("SELECT 1 FROM reflector_leases WHERE chat_id = ? FOR UPDATE", (a,))
         claimed: list[Lease | None] = []
         claimant = threading.Thread(
             target=lambda: claimed.append(lease_store(two, lease_s=60).claim_next([a, b]))

@@ -81,7 +81,7 @@ async def run_bench(
             app = build_app(parts.web.dashboard(), BENCH_TOKEN)
             timings = await _time_pages(app, seeded, repeat)
         finally:
-            parts.conn.close()
+            parts.db.close()
     return {
         "messages": messages,
         "memories": memories,
@@ -97,7 +97,7 @@ async def run_bench(
 
 @dataclass
 class _Parts:
-    conn: Any
+    db: Any
     sessions: Any
     agent: Any
     web: Any
@@ -134,7 +134,7 @@ async def _bot(tmp: Path, base_url: str) -> _Parts:
         agent.files,
     )
     await agent.extensions.start()  # the embedding model, as at `mnemo run`
-    return _Parts(storage.sqlite_conn, sessions, agent, WebExtension(host))
+    return _Parts(storage.database, sessions, agent, WebExtension(host))
 
 
 def _seed(
@@ -142,7 +142,7 @@ def _seed(
 ) -> dict[str, Any]:
     from bots.web.bench import seed_store
     from core.store import CompactionRecord
-    from memory.strategies.sqlite_store import SqliteStrategyStore
+    from memory.strategies.strategy_store import DatabaseStrategyStore
 
     rng, now = random.Random(18), datetime.now(UTC)
     keeper = parts.web.dashboard().keeper
@@ -167,12 +167,12 @@ def _seed(
             )
             for i in range(size)
         ]
-        seed_store.load_messages(parts.conn, rows)
-        _usage(parts.conn, chat.id, stamps, rng)
+        seed_store.load_messages(parts.db, rows)
+        _usage(parts.db, chat.id, stamps, rng)
         _history_shape(parts, chat.id, size, stamps, CompactionRecord, rng)
     progress("memories (with vectors) …")
     _memories(keeper, chat_ids, memory_sizes, rng, now)
-    strategies = SqliteStrategyStore(parts.conn)
+    strategies = DatabaseStrategyStore(parts.db)
     for chat_id in chat_ids[:20]:
         for i in range(5):
             sid = strategies.add(chat_id, "style", f"Answer plan {i}: short numbered steps")
@@ -217,7 +217,7 @@ def _history_shape(
             f"## Goal\nHelp with plans (up to message {first + end}).",
         )
         done.append((stamps[end], parts.sessions.record_compaction(chat_id, compaction)))
-    seed_store.backdate(parts.conn, "compactions", done)
+    seed_store.backdate(parts.db, "compactions", done)
     for start in range(0, size, 200):
         end = min(start + 199, size - 1)
         status = rng.choices(("done", "failed", "skipped"), (90, 7, 3))[0]
@@ -237,7 +237,7 @@ def _history_shape(
                 status,
             )
         )
-    seed_store.load_runs(parts.conn, runs)
+    seed_store.load_runs(parts.db, runs)
 
 
 def _memories(
@@ -262,7 +262,7 @@ def _memories(
                     embedding=vectors[which] if vectors else None,
                 )
                 backdated.append((moment(rng, now), memory_id))
-    seed_store.backdate(store.conn, "memories", backdated)
+    seed_store.backdate(store.db, "memories", backdated)
     for chat_id in chat_ids[:10]:
         for memory in store.newest(chat_id, 3):
             store.forget(memory.id, forgotten_by="bench", speaker="")

@@ -10,44 +10,40 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.db import Connection, transaction
+from core.database import Database
 
 MessageRow = tuple[int, str, str, str, str, int]  # chat, role, sender, content, at, tokens
 UsageRow = tuple[int, str, str, int, int, int, str]  # chat, kind, model, in, out, ms, at
 RunRow = tuple[int, str, str, int, int, int, int, str, int, str | None, str]
 
 
-def load_messages(conn: Connection, rows: Sequence[MessageRow]) -> None:
-    with transaction(conn):
-        conn.executemany(
-            "INSERT INTO messages (chat_id, role, sender, content, created_at, token_estimate)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+def load_messages(db: Database, rows: Sequence[MessageRow]) -> None:
+    db.write_many(
+        "INSERT INTO messages (chat_id, role, sender, content, created_at, token_estimate)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        rows,
+    )
 
 
-def load_usage(conn: Connection, rows: Sequence[UsageRow]) -> None:
-    with transaction(conn):
-        conn.executemany(
-            "INSERT INTO llm_usage (chat_id, kind, model, prompt_tokens, completion_tokens,"
-            " latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+def load_usage(db: Database, rows: Sequence[UsageRow]) -> None:
+    db.write_many(
+        "INSERT INTO llm_usage (chat_id, kind, model, prompt_tokens, completion_tokens,"
+        " latency_ms, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
 
 
-def load_runs(conn: Connection, rows: Sequence[RunRow]) -> None:
+def load_runs(db: Database, rows: Sequence[RunRow]) -> None:
     """(chat, started, finished, first id, last id, seen, added, model, ok, error, status)."""
-    with transaction(conn):
-        conn.executemany(
-            "INSERT INTO reflector_runs (chat_id, started_at, finished_at, first_message_id,"
-            " last_message_id, messages_seen, memories_added, model, ok, error, status)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            rows,
-        )
+    db.write_many(
+        "INSERT INTO reflector_runs (chat_id, started_at, finished_at, first_message_id,"
+        " last_message_id, messages_seen, memories_added, model, ok, error, status)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
 
 
-def backdate(conn: Connection, table: str, moments: Sequence[tuple[str, int]]) -> None:
+def backdate(db: Database, table: str, moments: Sequence[tuple[str, int]]) -> None:
     """Set `created_at` of rows of `memories` or `compactions` (moment, id)."""
     column: dict[str, Any] = {"memories": "memories", "compactions": "compactions"}
-    with transaction(conn):
-        conn.executemany(f"UPDATE {column[table]} SET created_at = ? WHERE id = ?", moments)
+    db.write_many(f"UPDATE {column[table]} SET created_at = ? WHERE id = ?", moments)

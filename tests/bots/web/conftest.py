@@ -3,7 +3,7 @@ dashboard app, and an HTTP client that speaks to the app as a browser would.
 
 The runtime is on SQLite unless a test asks for both engines with `ON_BOTH_ENGINES` (a
 module's `pytestmark`, or one test's mark): then it runs once on SQLite and once on a fresh
-PostgreSQL database, with the dashboard reading through `PgDashboardStore`."""
+PostgreSQL database, with the dashboard reading through the same `DatabaseDashboardStore`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from bots.web.app import build_app
 from bots.web.extension import WebExtension
 from core.api import Chat, Inbound
 from core.config import Config
+from core.database import PostgresDatabase, SqliteDatabase
 from core.storage import Storage
 from memory.extension import MemoryExtension
 from memory.keeper import MemoryKeeper
@@ -111,9 +112,10 @@ def written_rows(storage: Storage) -> object:
     """What a write would change. SQLite: the connection's count of changed rows. PostgreSQL
     (a pool of connections, no such counter): every row of every table with its `xmin`, the
     transaction that wrote it, so that even an update to the same values shows."""
-    if storage.sqlite is not None:
-        return storage.sqlite.total_changes
-    db = storage.pg
+    if isinstance(storage.database, SqliteDatabase):
+        return storage.database.conn.total_changes
+    assert isinstance(storage.database, PostgresDatabase)
+    db = storage.database.pg
     tables = db.read(
         "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename"
     )

@@ -3,7 +3,7 @@ through the packages' own stores, gives the same answers on SQLite and PostgreSQ
 
 from __future__ import annotations
 
-from bots.web.stores import dashboard_store
+from bots.web.dashboard_store import DatabaseDashboardStore
 from core.api import Chat, Inbound
 from core.storage import Storage
 from core.store import CompactionRecord, NewMessage
@@ -31,7 +31,7 @@ def test_chats_newest_activity_first_with_their_figures_and_search(storage: Stor
     memories.add(ann.id, "my cat is called Miso", "PROFILE", source="test")
     archived = memories.add(ann.id, "my cat was called Tom", "PROFILE", source="test")
     memories.archive(archived)
-    store = dashboard_store(storage)
+    store = DatabaseDashboardStore(storage.database)
 
     listed = store.chat_overviews("", limit=10, offset=0)
     assert [c.id for c in listed] == [bob.id, ann.id, quiet.id]  # no messages: last
@@ -64,7 +64,7 @@ def test_chats_newest_activity_first_with_their_figures_and_search(storage: Stor
 def test_a_conversation_pages_backwards_oldest_first(storage: Storage) -> None:
     chat = chat_with(storage, "ann", [f"message {n}" for n in range(5)])
     chat_with(storage, "bob", ["Bob's own"])
-    store = dashboard_store(storage)
+    store = DatabaseDashboardStore(storage.database)
     newest = store.conversation(chat.id, None, 2)
     assert [e.content for e in newest] == ["message 3", "message 4"]
     older = store.conversation(chat.id, newest[0].id, 10)
@@ -88,7 +88,7 @@ def test_provenance_finds_the_run_the_asking_message_and_the_supersede_links(
     run.ok, run.status = True, "done"
     run_id = run_store(storage).record(run)  # finished now: its span holds both memories
     memories.supersede(old, new)
-    store = dashboard_store(storage)
+    store = DatabaseDashboardStore(storage.database)
 
     made = memories.get(new)
     assert made is not None
@@ -133,7 +133,7 @@ def test_counts_per_day_for_the_pictures_and_the_queue(storage: Storage) -> None
     )
     inbound = Inbound("terminal", "bob", "are you there?", "u-bob", "Bob", message_id="m-1")
     delivery_store(storage).receive(bob, inbound)
-    store = dashboard_store(storage)
+    store = DatabaseDashboardStore(storage.database)
 
     by_kind = {(d.day, d.series): d.value for d in store.tokens_per_day(EVER, "kind")}
     assert by_kind == {(today, "turn"): 175, (today, "reflector"): 30}

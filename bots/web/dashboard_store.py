@@ -1,8 +1,10 @@
-"""SqliteDashboardStore: the `DashboardStore` on SQLite.
+"""DatabaseDashboardStore: the `DashboardStore` on either engine, one SQL text over
+`core.database`.
 
-Every query is plain SQL a PostgreSQL twin can copy; per-chat figures are index lookups
-(`messages (chat_id, id)`, `memories (chat_id, archived, id)`), so a page of chats costs
-the same whatever the other chats hold.
+Timestamps are ISO text on both engines, so a day is `substr(created_at, 1, 10)`. Per-chat
+figures are index lookups (`messages (chat_id, id)`, `memories (chat_id, archived, id)`,
+`compactions (chat_id, id)`, …), so a page of chats costs the same whatever the other chats
+hold; the queue depth is one statement.
 """
 
 from __future__ import annotations
@@ -26,33 +28,38 @@ from bots.web.store import (
     overview_from_row,
     unanswered_from_rows,
 )
-from core.db import Connection
+from core.database import Database
 
 
-class SqliteDashboardStore:
-    """The dashboard's reads on one connection."""
+def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:
+    return ("", ()) if chat_id is None else ("AND chat_id = ?", (chat_id,))
 
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
+
+class DatabaseDashboardStore:
+    """The dashboard's reads on a `Database` (inside an open transaction, in it)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     # -- chats -------------------------------------------------------------------------
 
     def chat_overviews(self, search: str, limit: int, offset: int) -> list[ChatOverview]:
-        where, params = chat_search(search, "?")
+        where, params = chat_search(search)
         page = CHAT_PAGE.format(where=where) + CHAT_PAGE_ORDER
-        rows = self.conn.execute(
+        rows = self.db.read(
             f"WITH page AS ({page} LIMIT ? OFFSET ?) {CHAT_FIGURES}{CHAT_FIGURES_ORDER}",
             (*params, limit, offset),
-        ).fetchall()
+        )
         return [overview_from_row(row) for row in rows]
 
     def count_chats(self, search: str) -> int:
-        where, params = chat_search(search, "?")
-        return int(self.conn.execute(f"SELECT count(*) FROM chats c {where}", params).fetchone()[0])
+        where, params = chat_search(search)
+        row = self.db.read_one(f"SELECT count(*) FROM chats c {where}", params)
+        return int(row[0]) if row else 0
 
     def chat_overview(self, chat_id: int) -> ChatOverview | None:
         page = CHAT_PAGE.format(where="WHERE c.id = ?")
-        row = self.conn.execute(f"WITH page AS ({page}) {CHAT_FIGURES}", (chat_id,)).fetchone()
+        row = self.db.read_one(f"WITH page AS ({page}) {CHAT_FIGURES}", (chat_id,))
         return overview_from_row(row) if row else None
 
     # -- a conversation ----------------------------------------------------------------
@@ -60,34 +67,35 @@ class SqliteDashboardStore:
     def conversation(
         self, chat_id: int, before_id: int | None, limit: int
     ) -> list[ConversationEntry]:
-        rows = self.conn.execute(
+        before, params = ("", (chat_id, limit)) if before_id is None else (
+            " AND id < ?", (chat_id, before_id, limit)
+        )  # fmt: skip
+        rows = self.db.read(
             "SELECT id, role, sender, content, tool_calls, created_at, compaction_id"
-            " FROM messages WHERE chat_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
-            (chat_id, before_id if before_id is not None else 2**63 - 1, limit),
-        ).fetchall()
+            f" FROM messages WHERE chat_id = ?{before} ORDER BY id DESC LIMIT ?",
+            params,
+        )
         return [entry_from_row(row) for row in reversed(rows)]
 
     def unanswered(self, chat_id: int, first_id: int, last_id: int) -> dict[int, str]:
-        rows = self.conn.execute(
-            REPLY_STATES.format(p="?"), (chat_id, first_id, last_id)
-        ).fetchall()
+        rows = self.db.read(REPLY_STATES, (chat_id, first_id, last_id))
         return unanswered_from_rows(rows)
 
     def chat_person(self, chat_id: int) -> str:
-        row = self.conn.execute(
+        row = self.db.read_one(
             "SELECT sender FROM messages WHERE chat_id = ? AND role = 'user'"
             " ORDER BY id DESC LIMIT 1",
             (chat_id,),
-        ).fetchone()
+        )
         return str(row[0] or "") if row else ""
 
     def compaction_marks(self, chat_id: int) -> list[CompactionMark]:
-        rows = self.conn.execute(
+        rows = self.db.read(
             "SELECT id, trigger, status, first_message_id, last_message_id, messages_compacted,"
             " tokens_before, tokens_after, error, created_at FROM compactions"
             " WHERE chat_id = ? ORDER BY id",
             (chat_id,),
-        ).fetchall()
+        )
         return [CompactionMark(*row) for row in rows]
 
     # -- where a memory came from ------------------------------------------------------
@@ -95,25 +103,25 @@ class SqliteDashboardStore:
     def provenance(self, chat_id: int | None, memory_id: int, created_at: str) -> Provenance:
         run = message = None
         if chat_id is not None:
-            run = self.conn.execute(
+            run = self.db.read_one(
                 "SELECT id, first_message_id, last_message_id FROM reflector_runs"
                 " WHERE chat_id = ? AND status = 'done' AND started_at <= ? AND finished_at >= ?"
                 " ORDER BY id LIMIT 1",
                 (chat_id, created_at, created_at),
-            ).fetchone()
-            message = self.conn.execute(
+            )
+            message = self.db.read_one(
                 "SELECT id, content FROM messages WHERE chat_id = ? AND role = 'user'"
                 " AND created_at <= ? ORDER BY id DESC LIMIT 1",
                 (chat_id, created_at),
-            ).fetchone()
-        older = self.conn.execute(
+            )
+        older = self.db.read(
             "SELECT old_id FROM memory_supersede_edges WHERE new_id = ? ORDER BY old_id",
             (memory_id,),
-        ).fetchall()
-        newer = self.conn.execute(
+        )
+        newer = self.db.read(
             "SELECT new_id FROM memory_supersede_edges WHERE old_id = ? ORDER BY new_id",
             (memory_id,),
-        ).fetchall()
+        )
         return Provenance(
             run_id=run[0] if run else None,
             run_first_message_id=run[1] if run else None,
@@ -128,55 +136,53 @@ class SqliteDashboardStore:
 
     def tokens_per_day(self, since: str, by: str) -> list[DayCount]:
         column = USAGE_SERIES[by]
-        rows = self.conn.execute(
+        rows = self.db.read(
             f"SELECT substr(created_at, 1, 10) AS day, {column},"
             " sum(coalesce(prompt_tokens, 0) + coalesce(completion_tokens, 0))"
             f" FROM llm_usage WHERE created_at >= ? GROUP BY day, {column} ORDER BY day",
             (since,),
-        ).fetchall()
+        )
         return days_from_rows(rows)
 
     def memories_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
-        scope, params = self._scope(chat_id)
-        rows = self.conn.execute(
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
             "SELECT substr(created_at, 1, 10) AS day, 'added', count(*) FROM memories"
             f" WHERE created_at >= ? {scope} GROUP BY day ORDER BY day",
             (since, *params),
-        ).fetchall()
+        )
         return days_from_rows(rows)
 
     def memories_before(self, chat_id: int | None, since: str) -> int:
-        scope, params = self._scope(chat_id)
-        row = self.conn.execute(
+        scope, params = _scope(chat_id)
+        row = self.db.read_one(
             f"SELECT count(*) FROM memories WHERE created_at < ? {scope}", (since, *params)
-        ).fetchone()
-        return int(row[0])
+        )
+        return int(row[0]) if row else 0
 
     def reflector_runs_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
-        scope, params = self._scope(chat_id)
-        rows = self.conn.execute(
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
             "SELECT substr(finished_at, 1, 10) AS day, status, count(*) FROM reflector_runs"
             f" WHERE finished_at >= ? {scope} GROUP BY day, status ORDER BY day",
             (since, *params),
-        ).fetchall()
+        )
         return days_from_rows(rows)
 
     def compactions_per_day(self, chat_id: int | None, since: str) -> list[DayCount]:
-        scope, params = self._scope(chat_id)
-        rows = self.conn.execute(
+        scope, params = _scope(chat_id)
+        rows = self.db.read(
             "SELECT substr(created_at, 1, 10) AS day, trigger, count(*) FROM compactions"
             f" WHERE created_at >= ? {scope} GROUP BY day, trigger ORDER BY day",
             (since, *params),
-        ).fetchall()
+        )
         return days_from_rows(rows)
-
-    @staticmethod
-    def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:
-        return ("", ()) if chat_id is None else ("AND chat_id = ?", (chat_id,))
 
     # -- health ------------------------------------------------------------------------
 
     def queue_depth(self) -> QueueDepth:
-        pending = self.conn.execute("SELECT count(*) FROM inbox WHERE state = 'pending'")
-        undelivered = self.conn.execute("SELECT count(*) FROM outbox WHERE delivered_at IS NULL")
-        return QueueDepth(int(pending.fetchone()[0]), int(undelivered.fetchone()[0]))
+        row = self.db.read_one(
+            "SELECT (SELECT count(*) FROM inbox WHERE state = 'pending'),"
+            " (SELECT count(*) FROM outbox WHERE delivered_at IS NULL)"
+        )
+        return QueueDepth(int(row[0]), int(row[1])) if row else QueueDepth(0, 0)

@@ -1,8 +1,9 @@
-"""SqliteMemoryStore: the `MemoryStore` on SQLite, with FTS5 and sqlite-vec indexes.
+"""DatabaseMemoryStore: the `MemoryStore` on either engine, one SQL text over `core.database`;
+its derived indexes (full text, vectors, the change log) are a `memory.memory_index`.
 
-Every write keeps the FTS5 row and, when sqlite-vec and an embedder are available, the
-vector row in step with the `memories` row, inside the caller's transaction if one is open.
-The index and change-log statements themselves are in `memory.index_store`.
+Every write keeps the index rows in step with the `memories` row, inside the caller's
+transaction if one is open. Vectors are written when an embedder is set (and, on SQLite,
+sqlite-vec is loaded); ranking scores a chat's vectors in this process (`memory.vector_cache`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import Any
 
-from core.db import Connection, scrub_deleted, transaction
+from core.clock import iso_utc, now_iso, utc_now
+from core.database import Database
 from core.errors import InputError
-from memory import index_store as index
 from memory import note_store, tombstone_store
 from memory.embeddings import Embedder
+from memory.memory_index import MemoryIndex, memory_index
+from memory.sqlite_index import embedding_text
 from memory.store import (
     MAX_CONTENT_CHARS,
     MAX_MEMORY_ID,
@@ -41,57 +45,66 @@ from memory.terms import jaccard_sets, tokens
 
 logger = logging.getLogger(__name__)
 
-NOW_SQL = index.NOW_SQL
 _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
+_ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
+_CHUNK = 500  # ids per statement (SQLite binds each one)
 
 
-class SqliteMemoryStore:
-    """All reads and writes of structured memories on one SQLite connection."""
+def _scope(chat_id: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The chat's own and the global rows (index-friendly: no IS NOT DISTINCT FROM)."""
+    if chat_id is None:
+        return "chat_id IS NULL", ()
+    return "(chat_id = ? OR chat_id IS NULL)", (chat_id,)
 
-    def __init__(self, conn: Connection, embedder: Embedder | None = None) -> None:
-        self.conn = conn
+
+class DatabaseMemoryStore:
+    """All reads and writes of structured memories on a `Database`."""
+
+    def __init__(
+        self, db: Database, embedder: Embedder | None = None, index: MemoryIndex | None = None
+    ) -> None:
+        self.db = db
         self.embedder = embedder
+        self.index = index or memory_index(db)
         self._vectors_checked = False
 
     def transaction(self) -> AbstractContextManager[Any]:
-        return transaction(self.conn)
+        return self.db.transaction()
 
-    def with_embedder(self, embedder: Embedder | None) -> SqliteMemoryStore:
-        return SqliteMemoryStore(self.conn, embedder)
+    def with_embedder(self, embedder: Embedder | None) -> DatabaseMemoryStore:
+        return DatabaseMemoryStore(self.db, embedder, self.index)
 
     # -- vectors -----------------------------------------------------------------------
 
     @property
     def vectors_enabled(self) -> bool:
-        return self.embedder is not None and self.conn.info.vec_loaded
+        return self.embedder is not None and self.index.missing_extension() is None
 
     def prepare_vectors(self) -> bool:
-        if self.embedder is None or not self.conn.info.vec_loaded:
+        if not self.vectors_enabled or self.embedder is None:
             return False
-        with transaction(self.conn):
-            created = index.ensure_vector_table(
-                self.conn, self.embedder.model_name, self.embedder.dim
-            )
+        created = self.index.prepare(self.embedder.model_name, self.embedder.dim)
         self._vectors_checked = True
         return created
 
     def vectors_unavailable(self) -> str | None:
-        if not self.conn.info.vec_loaded:
-            return "sqlite-vec is not loaded"
+        missing = self.index.missing_extension()
+        if missing is not None:
+            return missing
         if self.embedder is None:
             return "no embedding model"
-        if not index.vector_index_ready(self.conn, self.embedder.model_name, self.embedder.dim):
+        if not self.index.ready(self.embedder.model_name, self.embedder.dim):
             return (
                 "the vector index does not match the embedding model (run `mnemo memory reindex`)"
             )
         return None
 
     def _vector_model(self) -> str | None:
-        """The model name vectors are stored for, after making sure the table fits it."""
-        if self.embedder is None or not self.conn.info.vec_loaded:
+        """The model name vectors are stored for, after making sure the tables fit it."""
+        if not self.vectors_enabled or self.embedder is None:
             return None
         if not self._vectors_checked:
             self.prepare_vectors()
@@ -108,12 +121,11 @@ class SqliteMemoryStore:
                     f"embedding has {len(given)} dims; the index holds {self.embedder.dim}"
                 )
             return given
-        return self.embedder.embed([index.embedding_text(content, context)])[0]
+        return self.embedder.embed([embedding_text(content, context)])[0]
 
-    def _write_vector(self, memory_id: int, chat_id: int | None, vector: Vector) -> None:
+    def _write_vectors(self, rows: list[tuple[int, int | None, Vector]]) -> None:
         assert self.embedder is not None
-        index.store_vector(self.conn, memory_id, chat_id, vector)
-        index.set_embedding_model(self.conn, memory_id, self.embedder.model_name)
+        self.index.write_vectors(rows, self.embedder.model_name)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -131,7 +143,7 @@ class SqliteMemoryStore:
         sender_id: str = "",
         sender_name: str = "",
     ) -> int:
-        """Store a memory (row, FTS row, vector row when possible); return its id.
+        """Store a memory (its row, its index rows, its vector when possible); its id.
 
         `context` (e.g. the message before the fact) helps ranking find the memory: it is
         indexed with a lower weight and embedded with the content, but never injected.
@@ -141,16 +153,18 @@ class SqliteMemoryStore:
         values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
         around = " ".join(str(context).split())[:MAX_CONTENT_CHARS]
         vector = self._embedding_for(text, embedding, around)
-        with transaction(self.conn):
-            cursor = self.conn.execute(
+        with self.db.transaction():
+            row = self.db.read_one(
                 "INSERT INTO memories (chat_id, content, category, confidence, source,"
-                " expires_at, context, sender_id, sender_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " expires_at, context, sender_id, sender_name)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (chat_id, text, *values[:2], source, values[2], around, sender_id, sender_name),
             )
-            memory_id = int(cursor.lastrowid)
-            index.index_keywords(self.conn, memory_id, chat_id, text, around)
+            assert row is not None
+            memory_id = int(row[0])
+            self.index.keep_keywords(memory_id, chat_id, text, around)
             if vector is not None:
-                self._write_vector(memory_id, chat_id, vector)
+                self._write_vectors([(memory_id, chat_id, vector)])
         return memory_id
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None:
@@ -160,84 +174,97 @@ class SqliteMemoryStore:
         vector = (
             self._embedding_for(text, embedding, memory.context) if not memory.archived else None
         )
-        with transaction(self.conn):
-            self.conn.execute(
-                f"UPDATE memories SET content = ?, updated_at = {NOW_SQL},"
-                f" last_seen_at = {NOW_SQL}, embedding_model = NULL WHERE id = ?",
+        with self.db.transaction():
+            self.db.write(
+                "UPDATE memories SET content = ?, updated_at = mnemo_now(),"
+                " last_seen_at = mnemo_now(), embedding_model = NULL WHERE id = ?",
                 (text, memory_id),
             )
             if memory.archived:
                 return
-            index.index_keywords(self.conn, memory_id, memory.chat_id, text, memory.context)
+            self.index.keep_keywords(memory_id, memory.chat_id, text, memory.context)
             if vector is not None:
-                self._write_vector(memory_id, memory.chat_id, vector)
-            elif index.vector_table_exists(self.conn) and self.conn.info.vec_loaded:
-                index.drop_vector(self.conn, memory_id)
+                self._write_vectors([(memory_id, memory.chat_id, vector)])
+            else:  # the old text's vector must not linger
+                self.index.drop_vector(memory_id)
 
     def touch(self, memory_id: int, confidence: float | None = None) -> None:
         """Mark a memory as seen again now (optionally with a new confidence)."""
         self._require(memory_id)
         if confidence is None:
-            self.conn.execute(
-                f"UPDATE memories SET last_seen_at = {NOW_SQL} WHERE id = ?", (memory_id,)
+            self.db.write(
+                "UPDATE memories SET last_seen_at = mnemo_now() WHERE id = ?", (memory_id,)
             )
         else:
-            self.conn.execute(
-                f"UPDATE memories SET last_seen_at = {NOW_SQL}, confidence = ? WHERE id = ?",
+            self.db.write(
+                "UPDATE memories SET last_seen_at = mnemo_now(), confidence = ? WHERE id = ?",
                 (check_confidence(confidence), memory_id),
             )
 
     def archive(self, memory_id: int) -> None:
-        """Keep the memory but never rank it again."""
+        """Keep the memory but never rank it again (it leaves the indexes)."""
         self._require(memory_id)
-        with transaction(self.conn):
-            self.conn.execute(
-                f"UPDATE memories SET archived = 1, updated_at = {NOW_SQL} WHERE id = ?",
+        with self.db.transaction():
+            self.db.write(
+                "UPDATE memories SET archived = 1, updated_at = mnemo_now() WHERE id = ?",
                 (memory_id,),
             )
-            index.unindex(self.conn, memory_id)
+            self.index.unindex(memory_id)
 
     def delete(self, memory_id: int) -> None:
-        with transaction(self.conn):
-            index.unindex(self.conn, memory_id)
-            self.conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+        """Remove a memory, its index rows and its supersede links."""
+        with self.db.transaction():
+            self.index.deleting([memory_id])
+            self.db.write(
+                "DELETE FROM memory_supersede_edges WHERE old_id = ? OR new_id = ?",
+                (memory_id, memory_id),
+            )
+            self.db.write("DELETE FROM memories WHERE id = ?", (memory_id,))
 
     def forget_chat(self, chat_id: int) -> int:
-        with transaction(self.conn):
-            rows = self.conn.execute("SELECT id FROM memories WHERE chat_id = ?", (chat_id,))
+        with self.db.transaction():
+            rows = self.db.read("SELECT id FROM memories WHERE chat_id = ?", (chat_id,))
             ids = [int(row[0]) for row in rows]
-            index.unindex_all(self.conn, ids)
-            self.conn.execute("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
-            index.forget_scope_log(self.conn, chat_id)
-            tombstone_store.forget_scope(self.conn, chat_id)
+            self.index.deleting(ids)
+            for start in range(0, len(ids), _CHUNK):
+                old, params = self.db.dialect.in_values("old_id", ids[start : start + _CHUNK])
+                new, _ = self.db.dialect.in_values("new_id", ids[start : start + _CHUNK])
+                self.db.write(
+                    f"DELETE FROM memory_supersede_edges WHERE {old} OR {new}", params + params
+                )
+            self.db.write("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
+            self.index.forget_scope_log(chat_id)
+            tombstone_store.forget_scope(self.db, chat_id)
         return len(ids)
 
     def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
         memory = self._require(memory_id)
-        with transaction(self.conn):
-            tombstone_store.bury(self.conn, memory, forgotten_by, speaker)
+        with self.db.transaction():
+            tombstone_store.bury(self.db, memory, forgotten_by, speaker)
             self.delete(memory_id)
-        scrub_deleted(self.conn)  # the WAL's older copies of it (no-op inside a transaction)
+        # SQLite: the WAL's older copies of it; PostgreSQL: its dead row out of the table
+        # and its indexes (both no-ops inside a transaction).
+        self.db.scrub_deleted(("memories",))
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
-        return tombstone_store.of_scope(self.conn, chat_id)
+        return tombstone_store.of_scope(self.db, chat_id)
 
     def lift_tombstones(self, tombstone_ids: Sequence[int]) -> None:
-        with transaction(self.conn):
-            tombstone_store.lift(self.conn, tombstone_ids)
+        tombstone_store.lift(self.db, tombstone_ids)
 
     def record_note_change(self, change: NoteChange) -> None:
-        self.conn.execute(note_store.RECORD, note_store.record_params(change))
+        self.db.write(note_store.RECORD, note_store.record_params(change))
 
     def note_changes(self, chat_id: int, limit: int) -> list[NoteChange]:
-        rows = self.conn.execute(note_store.OF_CHAT, (chat_id, limit)).fetchall()
+        rows = self.db.read(note_store.OF_CHAT, (chat_id, limit))
         return note_store.changes_from_rows(rows)
 
     def supersede(self, old_id: int, new_id: int) -> None:
-        with transaction(self.conn):
+        with self.db.transaction():
             self.archive(old_id)
-            self.conn.execute(
-                "INSERT OR IGNORE INTO memory_supersede_edges (old_id, new_id) VALUES (?, ?)",
+            self.db.write(
+                "INSERT INTO memory_supersede_edges (old_id, new_id) VALUES (?, ?)"
+                " ON CONFLICT DO NOTHING",
                 (old_id, new_id),
             )
 
@@ -246,9 +273,7 @@ class SqliteMemoryStore:
     def get(self, memory_id: int) -> Memory | None:
         if not 0 < memory_id <= MAX_MEMORY_ID:  # SQLite cannot even compare a larger int
             return None
-        row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
-        ).fetchone()
+        row = self.db.read_one(f"SELECT {_COLUMNS} FROM memories WHERE id = ?", (memory_id,))
         return memory_from_row(row) if row else None
 
     def _require(self, memory_id: int) -> Memory:
@@ -261,45 +286,51 @@ class SqliteMemoryStore:
         self, chat_id: int | None, *, include_global: bool = True, include_archived: bool = False
     ) -> Memories:
         """The chat's memories (and global ones), oldest first."""
-        scope = "chat_id IS ?" + (" OR chat_id IS NULL" if include_global else "")
+        params: tuple[Any, ...]
+        if chat_id is None:
+            scope, params = "chat_id IS NULL", ()
+        elif include_global:
+            scope, params = _scope(chat_id)
+        else:
+            scope, params = "chat_id = ?", (chat_id,)
         active = "" if include_archived else " AND archived = 0"
-        rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM memories WHERE ({scope}){active} ORDER BY id", (chat_id,)
-        ).fetchall()
+        rows = self.db.read(
+            f"SELECT {_COLUMNS} FROM memories WHERE {scope}{active} ORDER BY id", params
+        )
         return [memory_from_row(row) for row in rows]
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
+        wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
         found: dict[int, Memory] = {}
-        for start in range(0, len(ids), 500):
-            chunk = tuple(ids[start : start + 500])
-            marks = ", ".join("?" for _ in chunk)
-            rows = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM memories WHERE id IN ({marks})", chunk
-            ).fetchall()
-            found.update((row[0], memory_from_row(row)) for row in rows)
+        for start in range(0, len(wanted), _CHUNK):
+            among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
+            rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
+            found.update((int(row[0]), memory_from_row(row)) for row in rows)
         return found
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
         if chat_id is None and not with_global:
-            row = self.conn.execute("SELECT count(*) FROM memories WHERE archived = 0")
-            return int(row.fetchone()[0])
-        row = self.conn.execute(
-            "SELECT count(*) FROM memories WHERE (chat_id IS ? OR chat_id IS NULL)"
-            f" AND {index.ACTIVE_SQL}",
-            (chat_id,),
-        )
-        return int(row.fetchone()[0])
+            row = self.db.read_one("SELECT count(*) FROM memories WHERE archived = 0")
+        else:
+            scope, params = _scope(chat_id)
+            row = self.db.read_one(
+                f"SELECT count(*) FROM memories WHERE {scope} AND {_ACTIVE}", (*params, now_iso())
+            )
+        assert row is not None
+        return int(row[0])
 
     def newest(self, chat_id: int, limit: int) -> Memories:
-        rows = self.conn.execute(
+        rows = self.db.read(
             f"SELECT {_COLUMNS} FROM memories WHERE chat_id = ? AND archived = 0"
             " ORDER BY id DESC LIMIT ?",
             (chat_id, limit),
-        ).fetchall()
+        )
         return [memory_from_row(row) for row in rows]
 
     def matching(self, chat_id: int, text: str, limit: int) -> Memories:
-        ids = index.fts_matching_ids(self.conn, chat_id, text, limit)
+        """The chat's own active memories sharing words with `text` (the full-text index;
+        the reflector's known-memory lookup), best first."""
+        ids = self.index.matching_ids(chat_id, text, limit)
         found = self.by_ids(ids)
         return [found[memory_id] for memory_id in ids if memory_id in found]
 
@@ -321,10 +352,11 @@ class SqliteMemoryStore:
         if method != "jaccard" and self._vector_model() is not None:
             vector = self._embedding_for(content, embedding)
             assert vector is not None
-            for memory_id, distance in index.nearest(self.conn, [scope_of(chat_id)], vector, 5):
-                memory = self.get(memory_id)
-                if distance > max_cosine_distance:
-                    break
+            near = self.index.nearest([scope_of(chat_id)], vector, 5)
+            close = [memory_id for memory_id, distance in near if distance <= max_cosine_distance]
+            found = self.by_ids(close)
+            for memory_id in close:
+                memory = found.get(memory_id)
                 if memory is not None and memory.chat_id == chat_id and not memory.archived:
                     return memory
             return None
@@ -350,55 +382,69 @@ class SqliteMemoryStore:
     def ranking_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> RankingRows:
-        return index.ranking_rows(self.conn, chat_id, memory_ids)
+        """The active memories a chat's queries rank (its own and global ones), or those of
+        them among `memory_ids`."""
+        scope, params = _scope(chat_id)
+        sql = f"SELECT id, content, context FROM memories WHERE {scope} AND {_ACTIVE}"
+        values: tuple[Any, ...] = (*params, now_iso())
+        if memory_ids is None:
+            return _texts(self.db.read(sql + " ORDER BY id", values))
+        wanted = [int(i) for i in memory_ids]
+        found: RankingRows = []
+        for start in range(0, len(wanted), _CHUNK):
+            among, ids = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
+            found += _texts(self.db.read(f"{sql} AND {among} ORDER BY id", values + ids))
+        return found
 
     def vector_rows(
         self, chat_id: int | None, memory_ids: Sequence[int] | None = None
     ) -> VectorRows:
-        if self.vectors_unavailable() is not None:
+        if self.embedder is None:
             return []
-        return index.vector_rows(self.conn, chat_id, memory_ids)
+        return self.index.vector_rows(
+            chat_id, self.embedder.model_name, self.embedder.dim, memory_ids
+        )
 
     @property
     def cache_key(self) -> object:
-        return self.conn
+        return self.index.cache_key
 
     def in_transaction(self) -> bool:
-        return bool(self.conn.in_transaction)
+        return self.db.in_transaction()
 
     def change_log_end(self) -> int:
-        return index.log_end(self.conn)
+        return self.index.log_end()
 
     def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None:
-        return index.changes_since(self.conn, chat_id, marks)
+        return self.index.changes_since(chat_id, marks)
 
     def prune_change_log(self) -> int:
-        return index.prune_log(self.conn)
+        return self.index.prune_log()
 
     # -- upkeep ------------------------------------------------------------------------
 
     def stale_ids(self, confidence_floor: float, days: int, limit: int) -> Ids:
         """Active memories below the floor that nobody has seen for `days` days."""
-        rows = self.conn.execute(
+        cutoff = iso_utc(utc_now() - timedelta(days=int(days)))
+        rows = self.db.read(
             "SELECT id FROM memories WHERE archived = 0 AND confidence < ?"
-            " AND last_seen_at < strftime('%Y-%m-%dT%H:%M:%fZ', 'now', ?) LIMIT ?",
-            (confidence_floor, f"-{int(days)} days", limit),
-        ).fetchall()
+            " AND last_seen_at < ? LIMIT ?",
+            (confidence_floor, cutoff, limit),
+        )
         return [int(row[0]) for row in rows]
 
     def expired_ids(self, limit: int) -> Ids:
-        rows = self.conn.execute(
-            f"SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= {NOW_SQL}"
-            " LIMIT ?",
-            (limit,),
-        ).fetchall()
+        rows = self.db.read(
+            "SELECT id FROM memories WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?",
+            (now_iso(), limit),
+        )
         return [int(row[0]) for row in rows]
 
     def has_unembedded(self) -> bool:
         """Whether some active memory has no vector yet (cheap: stops at the first)."""
-        row = self.conn.execute(
+        row = self.db.read_one(
             "SELECT 1 FROM memories WHERE archived = 0 AND embedding_model IS NULL LIMIT 1"
-        ).fetchone()
+        )
         return row is not None
 
     def embed_missing(self, limit: int = 500, progress: Callable[[int], None] | None = None) -> int:
@@ -406,40 +452,41 @@ class SqliteMemoryStore:
         model = self._vector_model()
         if model is None or self.embedder is None:
             return 0
-        rows = self.conn.execute(
+        rows = self.db.read(
             "SELECT id, chat_id, content, context FROM memories WHERE archived = 0"
             " AND (embedding_model IS NULL OR embedding_model != ?) ORDER BY id LIMIT ?",
             (model, limit),
-        ).fetchall()
+        )
         for start in range(0, len(rows), 256):
             batch = rows[start : start + 256]
-            vectors = self.embedder.embed([index.embedding_text(row[2], row[3]) for row in batch])
-            with transaction(self.conn):
-                for (memory_id, chat_id, _, _), vector in zip(batch, vectors, strict=True):
-                    self._write_vector(memory_id, chat_id, vector)
+            vectors = self.embedder.embed([embedding_text(row[2], row[3]) for row in batch])
+            self._write_vectors(
+                [(int(row[0]), row[1], vector) for row, vector in zip(batch, vectors, strict=True)]
+            )
             if progress is not None:
                 progress(len(batch))
         return len(rows)
 
     def count_missing_vectors(self) -> int:
         model = self.embedder.model_name if self.embedder else ""
-        return int(
-            self.conn.execute(
-                "SELECT count(*) FROM memories WHERE archived = 0"
-                " AND (embedding_model IS NULL OR embedding_model != ?)",
-                (model,),
-            ).fetchone()[0]
+        row = self.db.read_one(
+            "SELECT count(*) FROM memories WHERE archived = 0"
+            " AND (embedding_model IS NULL OR embedding_model != ?)",
+            (model,),
         )
+        assert row is not None
+        return int(row[0])
 
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
-        """Rebuild the keyword index and every vector; return how many memories were embedded."""
-        with transaction(self.conn):
-            index.rebuild_keywords(self.conn)
-            if self._vector_model() is not None:
-                index.clear_vectors(self.conn)
+        """Rebuild the keyword index and every vector; how many memories were embedded."""
+        self.index.reset(clear_vectors=self._vector_model() is not None)
         total = 0
         while True:
             done = self.embed_missing(limit=1000, progress=progress)
             total += done
             if done == 0:
                 return total
+
+
+def _texts(rows: Sequence[Any]) -> RankingRows:
+    return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]

@@ -43,7 +43,7 @@ VEC_TABLE = "memories_vec"  # pgvector: the vectors, for KNN in the server
 FLOAT_TABLE = "memories_vec_float"  # float32 bytes, as on SQLite: read into the process
 LAYOUT_FLOAT = "pg1"  # float table only (no pgvector on the server)
 LAYOUT_VECTOR = "pg1+vector"  # float table and the pgvector table
-LOG_PRUNE_AT = 100_000  # as memory.index_store
+LOG_PRUNE_AT = 100_000  # as memory.sqlite_index
 LOG_KEEP = 50_000
 MAX_QUERY_TERMS = 32
 
@@ -318,7 +318,7 @@ def log_end(conn: Any) -> int:
 
 
 def changes_since(conn: Any, chat_id: int | None, marks: Marks) -> Changes | None:
-    """As `memory.index_store.changes_since`, one round trip."""
+    """As `memory.sqlite_index.changes_since`, one round trip."""
     scope = scope_of(chat_id)
     oldest = min(marks.chat, marks.shared)
     rows = conn.execute(

@@ -1,4 +1,6 @@
-"""SqliteStrategyStore: the `StrategyStore` on SQLite; every change is logged as an event."""
+"""DatabaseStrategyStore: the `StrategyStore` on either engine, one SQL text over
+`core.database`; every change is logged as an event, inside the caller's transaction when
+one is open."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from core.clock import iso_utc, utc_now
-from core.db import Connection, transaction
+from core.database import Database
 from memory.strategies.lifecycle import (
     ARCHIVED,
     PROMOTED,
@@ -26,15 +28,15 @@ _COLUMNS = (
 )
 
 
-class SqliteStrategyStore:
-    """Strategies and their events on one SQLite connection."""
+class DatabaseStrategyStore:
+    """Strategies and their events on a `Database`."""
 
-    def __init__(self, conn: Connection, clock: Clock = utc_now) -> None:
-        self.conn = conn
+    def __init__(self, db: Database, clock: Clock = utc_now) -> None:
+        self.db = db
         self.clock = clock
 
     def transaction(self) -> AbstractContextManager[Any]:
-        return transaction(self.conn)
+        return self.db.transaction()
 
     def _strategy(self, row: Sequence[Any], now: datetime) -> Strategy:
         stored = Scores(float(row[4]), float(row[5]), float(row[6]))
@@ -55,9 +57,7 @@ class SqliteStrategyStore:
         )
 
     def get(self, strategy_id: int) -> Strategy | None:
-        row = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM strategies WHERE id = ?", (strategy_id,)
-        ).fetchone()
+        row = self.db.read_one(f"SELECT {_COLUMNS} FROM strategies WHERE id = ?", (strategy_id,))
         return self._strategy(row, self.clock()) if row else None
 
     def for_chat(
@@ -71,13 +71,12 @@ class SqliteStrategyStore:
         where = (
             "(chat_id = ? OR (? AND chat_id IS NULL))" if chat_id is not None else "chat_id IS NULL"
         )
-        params: list[Any] = [chat_id, int(include_global)] if chat_id is not None else []
+        params: list[Any] = [chat_id, bool(include_global)] if chat_id is not None else []
         if states:
-            where += f" AND state IN ({','.join('?' * len(states))})"
-            params.extend(states)
-        rows = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM strategies WHERE {where} ORDER BY id", params
-        ).fetchall()
+            in_states, state_params = self.db.dialect.in_values("state", list(states))
+            where += f" AND {in_states}"
+            params.extend(state_params)
+        rows = self.db.read(f"SELECT {_COLUMNS} FROM strategies WHERE {where} ORDER BY id", params)
         now = self.clock()
         found = [self._strategy(row, now) for row in rows]
         return sorted(found, key=lambda s: (-s.scores.net, s.id))
@@ -89,19 +88,21 @@ class SqliteStrategyStore:
         self, chat_id: int | None, section: str, content: str, run_id: int | None = None
     ) -> int:
         stamp = iso_utc(self.clock())
-        with transaction(self.conn):
-            cursor = self.conn.execute(
+        with self.db.transaction():
+            row = self.db.read_one(
                 "INSERT INTO strategies (chat_id, section, content, created_at, updated_at,"
-                " last_used_at, evidence_at, state_changed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " last_used_at, evidence_at, state_changed_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (chat_id, section, content, stamp, stamp, stamp, stamp, stamp),
             )
-            strategy_id = int(cursor.lastrowid)
+            assert row is not None
+            strategy_id = int(row[0])
             self._event(strategy_id, "ADD", {"section": section, "content": content}, run_id)
         return strategy_id
 
     def update(self, strategy_id: int, content: str, run_id: int | None = None) -> None:
-        with transaction(self.conn):
-            self.conn.execute(
+        with self.db.transaction():
+            self.db.write(
                 "UPDATE strategies SET content = ?, updated_at = ? WHERE id = ?",
                 (content, iso_utc(self.clock()), strategy_id),
             )
@@ -116,8 +117,8 @@ class SqliteStrategyStore:
             raise KeyError(strategy_id)
         scores = current.scores.plus(tag)
         stamp = iso_utc(self.clock())
-        with transaction(self.conn):
-            self.conn.execute(
+        with self.db.transaction():
+            self.db.write(
                 "UPDATE strategies SET helpful = ?, harmful = ?, neutral = ?, evidence_at = ?,"
                 " last_used_at = ?, updated_at = ? WHERE id = ?",
                 (scores.helpful, scores.harmful, scores.neutral, stamp, stamp, stamp, strategy_id),
@@ -126,51 +127,48 @@ class SqliteStrategyStore:
             return self._settle(strategy_id, run_id)
 
     def archive(self, strategy_id: int, run_id: int | None = None, reason: str = "removed") -> None:
-        with transaction(self.conn):
+        with self.db.transaction():
             self._set_state(strategy_id, ARCHIVED, run_id, reason)
 
     def mark_used(self, strategy_ids: Sequence[int]) -> None:
         """Record that these strategies reached a request (they are in use)."""
         if not strategy_ids:
             return
-        marks = ",".join("?" * len(strategy_ids))
-        self.conn.execute(
-            f"UPDATE strategies SET last_used_at = ? WHERE id IN ({marks})",
-            (iso_utc(self.clock()), *strategy_ids),
+        in_ids, id_params = self.db.dialect.in_values("id", [int(i) for i in strategy_ids])
+        self.db.write(
+            f"UPDATE strategies SET last_used_at = ? WHERE {in_ids}",
+            (iso_utc(self.clock()), *id_params),
         )
 
     def maintain(self, chat_id: int | None = None, run_id: int | None = None) -> int:
         """Apply due transitions (decay, cool-down, archiving); return how many changed."""
         where = "state != 'ARCHIVED'" + (" AND chat_id = ?" if chat_id is not None else "")
         params = (chat_id,) if chat_id is not None else ()
-        ids = [
-            row[0] for row in self.conn.execute(f"SELECT id FROM strategies WHERE {where}", params)
-        ]
+        ids = [row[0] for row in self.db.read(f"SELECT id FROM strategies WHERE {where}", params)]
         changed = 0
-        with transaction(self.conn):
+        with self.db.transaction():
             for strategy_id in ids:
                 before = self.get(strategy_id)
                 changed += before is not None and self._settle(strategy_id, run_id) != before.state
         return changed
 
     def events(self, strategy_id: int) -> list[StrategyEvent]:
-        rows = self.conn.execute(
+        rows = self.db.read(
             "SELECT kind, delta, run_id, at FROM strategy_events WHERE strategy_id = ? ORDER BY id",
             (strategy_id,),
-        ).fetchall()
+        )
         return [
             StrategyEvent(kind, json.loads(delta), run_id, at) for kind, delta, run_id, at in rows
         ]
 
     def forget_chat(self, chat_id: int) -> int:
-        with transaction(self.conn):
-            self.conn.execute(
+        with self.db.transaction():
+            self.db.write(
                 "DELETE FROM strategy_events WHERE strategy_id IN"
                 " (SELECT id FROM strategies WHERE chat_id = ?)",
                 (chat_id,),
             )
-            gone = self.conn.execute("DELETE FROM strategies WHERE chat_id = ?", (chat_id,))
-        return int(gone.rowcount)
+            return self.db.write("DELETE FROM strategies WHERE chat_id = ?", (chat_id,))
 
     def _settle(self, strategy_id: int, run_id: int | None) -> str:
         current = self.get(strategy_id)
@@ -188,7 +186,7 @@ class SqliteStrategyStore:
 
     def _set_state(self, strategy_id: int, state: str, run_id: int | None, reason: str) -> None:
         stamp = iso_utc(self.clock())
-        self.conn.execute(
+        self.db.write(
             "UPDATE strategies SET state = ?, state_changed_at = ?, updated_at = ? WHERE id = ?",
             (state, stamp, stamp, strategy_id),
         )
@@ -197,7 +195,7 @@ class SqliteStrategyStore:
     def _event(
         self, strategy_id: int, kind: str, delta: dict[str, Any], run_id: int | None
     ) -> None:
-        self.conn.execute(
+        self.db.write(
             "INSERT INTO strategy_events (strategy_id, kind, delta, run_id, at)"
             " VALUES (?, ?, ?, ?, ?)",
             (

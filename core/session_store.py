@@ -1,10 +1,10 @@
-"""PgSessionStore: the `SessionStore` on PostgreSQL (chats, messages, sessions, usage).
+"""DatabaseSessionStore: the `SessionStore` on either engine (chats, messages, sessions,
+compactions, usage, model calibration and profiles), one SQL text over `core.database`.
 
-Every method is one round trip where it can be (a CTE or `RETURNING` instead of a read
-after a write; `executemany` in pipeline mode for a turn's messages), since several bot
-processes share the server and a turn's CPU is mostly the statements it sends. Units of
-work are `PgDatabase.transaction()`: a store called inside one (the turn's, the
-delivery store's) joins it, so they commit together.
+A method is one statement where it can be (`RETURNING` instead of a read after a write, a
+turn's messages in one batch), since on PostgreSQL several bot processes share the server
+and a turn's CPU is mostly the statements it sends. A store called inside a unit of work
+(the turn's, the delivery store's) joins it, so they commit together.
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import time
 from contextlib import AbstractContextManager
-from typing import Any
 
 from core.api import Chat
+from core.database import Database
 from core.model_profile import ModelProfile
-from core.pg_db import PgDatabase
 from core.store import (
     COMPACTION_COLUMNS,
     CompactionRecord,
@@ -34,32 +33,34 @@ _MESSAGE_COLUMNS = (
     "id, chat_id, role, sender, content, tool_calls, tool_call_id, created_at, token_estimate,"
     " context"
 )
-_SESSION_START = "coalesce((SELECT started_at_message_id FROM sessions WHERE chat_id = %s), 0)"
-
+_SESSION_COLUMNS = "chat_id, summary, compaction_count, started_at_message_id, updated_at"
+_SESSION_START = "coalesce((SELECT started_at_message_id FROM sessions WHERE chat_id = ?), 0)"
 
 MODEL_FACTS_TTL_S = 2.0
 
 
-class PgSessionStore:
-    """All reads and writes of chats, messages, sessions and usage on a `PgDatabase`."""
+class DatabaseSessionStore:
+    """All reads and writes of chats, messages, sessions and usage on a `Database`."""
 
-    def __init__(self, db: PgDatabase) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
-        # A turn reads the model's calibration and profile several times, and they change
-        # slowly: kept for a moment rather than a round trip each (another process's save
-        # is seen within `MODEL_FACTS_TTL_S`; this process's own at once).
+        # On a server a turn reads the model's calibration and profile several times, and
+        # they change slowly: kept for a moment rather than a round trip each (another
+        # process's save is seen within `MODEL_FACTS_TTL_S`; this process's own at once).
+        self._facts_ttl_s = MODEL_FACTS_TTL_S if db.dialect.remote else 0.0
         self._model_facts: dict[tuple[str, str], tuple[float, object]] = {}
 
     def _remembered(self, kind: str, model: str) -> tuple[bool, object]:
         found = self._model_facts.get((kind, model))
-        if found is not None and time.monotonic() - found[0] < MODEL_FACTS_TTL_S:
+        if found is not None and time.monotonic() - found[0] < self._facts_ttl_s:
             return True, found[1]
         return False, None
 
     def _remember(self, kind: str, model: str, value: object) -> None:
-        self._model_facts[(kind, model)] = (time.monotonic(), value)
+        if self._facts_ttl_s:
+            self._model_facts[(kind, model)] = (time.monotonic(), value)
 
-    def transaction(self) -> AbstractContextManager[Any]:
+    def transaction(self) -> AbstractContextManager[None]:
         return self.db.transaction()
 
     # -- chats -------------------------------------------------------------------------
@@ -70,53 +71,52 @@ class PgSessionStore:
         found = self.find_chat(channel, external_chat_id)
         if found is not None and (not title or title == found.title):
             return found  # the common case: one read, no row written
-        row = self.db.read_one(
-            "WITH chat AS ("
-            " INSERT INTO chats (channel, external_chat_id, title, kind) VALUES (%s, %s, %s, %s)"
-            " ON CONFLICT (channel, external_chat_id) DO UPDATE SET"
-            " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE chats.title END"
-            f" RETURNING {_CHAT_COLUMNS}),"
-            " session AS (INSERT INTO sessions (chat_id) SELECT id FROM chat"
-            " ON CONFLICT (chat_id) DO NOTHING)"
-            f" SELECT {_CHAT_COLUMNS} FROM chat",
-            (channel, external_chat_id, title, kind),
-        )
-        assert row is not None  # INSERT … ON CONFLICT DO UPDATE returns the row either way
+        with self.db.transaction():
+            row = self.db.read_one(
+                "INSERT INTO chats (channel, external_chat_id, title, kind) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (channel, external_chat_id) DO UPDATE SET"
+                " title = CASE WHEN excluded.title != '' THEN excluded.title ELSE chats.title END"
+                f" RETURNING {_CHAT_COLUMNS}",
+                (channel, external_chat_id, title, kind),
+            )
+            assert row is not None  # ON CONFLICT DO UPDATE returns the row either way
+            self.db.write(
+                "INSERT INTO sessions (chat_id) VALUES (?) ON CONFLICT (chat_id) DO NOTHING",
+                (row[0],),
+            )
         return _chat(row)
 
     def find_chat(self, channel: str, external_chat_id: str) -> Chat | None:
         row = self.db.read_one(
-            f"SELECT {_CHAT_COLUMNS} FROM chats WHERE channel = %s AND external_chat_id = %s",
+            f"SELECT {_CHAT_COLUMNS} FROM chats WHERE channel = ? AND external_chat_id = ?",
             (channel, external_chat_id),
         )
         return _chat(row) if row else None
 
     def chat_by_id(self, chat_id: int) -> Chat | None:
-        row = self.db.read_one(f"SELECT {_CHAT_COLUMNS} FROM chats WHERE id = %s", (chat_id,))
+        row = self.db.read_one(f"SELECT {_CHAT_COLUMNS} FROM chats WHERE id = ?", (chat_id,))
         return _chat(row) if row else None
 
     def list_chats(self, limit: int = 100) -> list[Chat]:
-        rows = self.db.read(f"SELECT {_CHAT_COLUMNS} FROM chats ORDER BY id LIMIT %s", (limit,))
+        rows = self.db.read(f"SELECT {_CHAT_COLUMNS} FROM chats ORDER BY id LIMIT ?", (limit,))
         return [_chat(row) for row in rows]
 
     def delete_chat(self, chat_id: int) -> int:
-        with self.db.transaction() as conn:
+        with self.db.transaction():
             # Usage rows hold token counts and timings, no text: kept, without the chat.
-            conn.execute("UPDATE llm_usage SET chat_id = NULL WHERE chat_id = %s", (chat_id,))
-            gone = conn.execute("DELETE FROM messages WHERE chat_id = %s", (chat_id,)).rowcount
-            conn.execute("DELETE FROM compactions WHERE chat_id = %s", (chat_id,))
-            conn.execute("DELETE FROM sessions WHERE chat_id = %s", (chat_id,))
-            conn.execute("DELETE FROM chats WHERE id = %s", (chat_id,))
-        return int(gone)
+            self.db.write("UPDATE llm_usage SET chat_id = NULL WHERE chat_id = ?", (chat_id,))
+            gone = self.db.write("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
+            self.db.write("DELETE FROM compactions WHERE chat_id = ?", (chat_id,))
+            self.db.write("DELETE FROM sessions WHERE chat_id = ?", (chat_id,))
+            self.db.write("DELETE FROM chats WHERE id = ?", (chat_id,))
+        return gone
 
     def scrub_deleted(self, tables: tuple[str, ...] = ()) -> None:
-        self.db.vacuum(tables)
+        self.db.scrub_deleted(tables)
 
     # -- messages ----------------------------------------------------------------------
 
     def append(self, chat_id: int, messages: list[NewMessage]) -> list[int]:
-        if not messages:
-            return []
         rows = [
             (
                 chat_id,
@@ -130,40 +130,31 @@ class PgSessionStore:
             )
             for message in messages
         ]
-        ids: list[int] = []
-        with self.db.transaction() as conn, conn.cursor() as cursor:
-            cursor.executemany(  # one round trip (pipeline mode), ids in order
-                "INSERT INTO messages (chat_id, role, sender, content, tool_calls,"
-                " tool_call_id, token_estimate) VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                " RETURNING id",
-                rows,
-                returning=True,
-            )
-            while True:
-                ids.append(int(cursor.fetchone()[0]))
-                if not cursor.nextset():
-                    break
-        return ids
+        returned = self.db.write_returning(
+            "INSERT INTO messages (chat_id, role, sender, content, tool_calls,"
+            " tool_call_id, token_estimate) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            rows,
+        )
+        return [int(row[0]) for row in returned]
 
     def history(self, chat_id: int, *, after_id: int | None = None) -> list[StoredMessage]:
         if after_id is None:
             rows = self.db.read(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s"
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ?"
                 f" AND id > {_SESSION_START} ORDER BY id",
                 (chat_id, chat_id),
             )
         else:
             rows = self.db.read(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s AND id > %s"
-                " ORDER BY id",
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ? ORDER BY id",
                 (chat_id, after_id),
             )
         return [_message(row) for row in rows]
 
     def messages_between(self, chat_id: int, after_id: int, limit: int) -> list[StoredMessage]:
         rows = self.db.read(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = %s AND id > %s"
-            " ORDER BY id LIMIT %s",
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE chat_id = ? AND id > ?"
+            " ORDER BY id LIMIT ?",
             (chat_id, after_id, limit),
         )
         return [_message(row) for row in rows]
@@ -172,33 +163,32 @@ class PgSessionStore:
         if chat_id is None:
             row = self.db.read_one("SELECT count(*) FROM messages")
         else:
-            row = self.db.read_one("SELECT count(*) FROM messages WHERE chat_id = %s", (chat_id,))
+            row = self.db.read_one("SELECT count(*) FROM messages WHERE chat_id = ?", (chat_id,))
         return int(row[0]) if row else 0
 
     def newest_message_id(self, chat_id: int) -> int:
         row = self.db.read_one(
-            "SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = %s", (chat_id,)
+            "SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = ?", (chat_id,)
         )
         return int(row[0]) if row else 0
 
     def keep_context(self, message_id: int, context: str) -> None:
         self.db.write(
-            "UPDATE messages SET context = %s WHERE id = %s AND context IS NULL",
+            "UPDATE messages SET context = ? WHERE id = ? AND context IS NULL",
             (context, message_id),
         )
 
     # -- sessions and compactions ------------------------------------------------------
 
     def session(self, chat_id: int) -> Session:
-        columns = "chat_id, summary, compaction_count, started_at_message_id, updated_at"
-        row = self.db.read_one(f"SELECT {columns} FROM sessions WHERE chat_id = %s", (chat_id,))
+        row = self.db.read_one(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE chat_id = ?", (chat_id,)
+        )
         if row is None:
             row = self.db.read_one(
-                f"WITH made AS (INSERT INTO sessions (chat_id) VALUES (%s)"
-                f" ON CONFLICT (chat_id) DO NOTHING RETURNING {columns})"
-                f" SELECT {columns} FROM made"
-                f" UNION ALL SELECT {columns} FROM sessions WHERE chat_id = %s",
-                (chat_id, chat_id),
+                "INSERT INTO sessions (chat_id) VALUES (?) ON CONFLICT (chat_id)"
+                f" DO UPDATE SET chat_id = excluded.chat_id RETURNING {_SESSION_COLUMNS}",
+                (chat_id,),
             )
             assert row is not None
         return Session(row[0], row[1], row[2], row[3], row[4])
@@ -207,42 +197,44 @@ class PgSessionStore:
         self.db.write(
             "UPDATE sessions SET summary = NULL, updated_at = mnemo_now(),"
             " started_at_message_id ="
-            " (SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = %s)"
-            " WHERE chat_id = %s",
+            " (SELECT coalesce(max(id), 0) FROM messages WHERE chat_id = ?)"
+            " WHERE chat_id = ?",
             (chat_id, chat_id),
         )
 
     def record_compaction(self, chat_id: int, compaction: CompactionRecord) -> int:
         first, last = compaction.first_message_id, compaction.last_message_id
-        with self.db.transaction() as conn:
-            row = conn.execute(
+        with self.db.transaction():
+            row = self.db.read_one(
                 "INSERT INTO compactions (chat_id, trigger, status, first_message_id,"
                 " last_message_id, messages_compacted, tokens_before, tokens_after,"
                 " summary_calls, archive_path, error)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (chat_id, compaction.trigger, compaction.status, first, last,
                  compaction.messages_compacted, compaction.tokens_before,
                  compaction.tokens_after, compaction.summary_calls, compaction.archive_path,
                  compaction.error[:500]),
-            ).fetchone()  # fmt: skip
+            )  # fmt: skip
+            assert row is not None
             compaction_id = int(row[0])
-            conn.execute(
-                "UPDATE messages SET compaction_id = %s WHERE chat_id = %s"
-                " AND id BETWEEN %s AND %s AND compaction_id IS NULL",
+            self.db.write(
+                "UPDATE messages SET compaction_id = ? WHERE chat_id = ?"
+                " AND id BETWEEN ? AND ? AND compaction_id IS NULL",
                 (compaction_id, chat_id, first, last),
             )
-            conn.execute(
-                "UPDATE sessions SET summary = coalesce(%s, summary),"
-                " compaction_count = compaction_count + 1, started_at_message_id = %s,"
-                " updated_at = mnemo_now() WHERE chat_id = %s",
+            self.db.write(
+                "UPDATE sessions SET summary = coalesce(?, summary),"
+                " compaction_count = compaction_count + 1, started_at_message_id = ?,"
+                " updated_at = mnemo_now() WHERE chat_id = ?",
                 (compaction.summary, last, chat_id),
             )
         return compaction_id
 
     def compaction_totals(self, chat_id: int) -> tuple[int, int]:
         row = self.db.read_one(
-            "SELECT count(*), coalesce(sum(greatest(tokens_before - tokens_after, 0)), 0)"
-            " FROM compactions WHERE chat_id = %s",
+            "SELECT count(*), coalesce(sum(CASE WHEN tokens_before > tokens_after"
+            " THEN tokens_before - tokens_after ELSE 0 END), 0)"
+            " FROM compactions WHERE chat_id = ?",
             (chat_id,),
         )
         assert row is not None
@@ -250,7 +242,7 @@ class PgSessionStore:
 
     def compactions(self, chat_id: int) -> list[CompactionRecord]:
         rows = self.db.read(
-            f"SELECT {COMPACTION_COLUMNS} FROM compactions WHERE chat_id = %s ORDER BY id",
+            f"SELECT {COMPACTION_COLUMNS} FROM compactions WHERE chat_id = ? ORDER BY id",
             (chat_id,),
         )
         return [compaction_from_row(row) for row in rows]
@@ -277,7 +269,7 @@ class PgSessionStore:
     ) -> None:
         self.db.write(
             "INSERT INTO llm_usage (chat_id, kind, model, prompt_tokens, completion_tokens,"
-            " latency_ms, ok) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            " latency_ms, ok) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (chat_id, kind, model, prompt_tokens, completion_tokens, latency_ms, int(ok)),
         )
 
@@ -286,7 +278,7 @@ class PgSessionStore:
         if known:
             return value if isinstance(value, Calibration) else None
         row = self.db.read_one(
-            "SELECT chars_per_token, samples, last_ratio FROM context_calibration WHERE model = %s",
+            "SELECT chars_per_token, samples, last_ratio FROM context_calibration WHERE model = ?",
             (model,),
         )
         calibration = Calibration(model, float(row[0]), int(row[1]), row[2]) if row else None
@@ -297,7 +289,7 @@ class PgSessionStore:
         self._model_facts.pop(("calibration", calibration.model), None)
         self.db.write(
             "INSERT INTO context_calibration (model, chars_per_token, samples, last_ratio)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT (model) DO UPDATE SET"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (model) DO UPDATE SET"
             " chars_per_token = excluded.chars_per_token, samples = excluded.samples,"
             " last_ratio = excluded.last_ratio, updated_at = mnemo_now()",
             (
@@ -314,7 +306,7 @@ class PgSessionStore:
         known, value = self._remembered("profile", model)
         if known:
             return value if isinstance(value, ModelProfile) else None
-        row = self.db.read_one("SELECT facts FROM model_profiles WHERE model = %s", (model,))
+        row = self.db.read_one("SELECT facts FROM model_profiles WHERE model = ?", (model,))
         profile = ModelProfile.from_facts(model, json.loads(row[0])) if row else None
         self._remember("profile", model, profile)
         return profile
@@ -322,7 +314,7 @@ class PgSessionStore:
     def save_model_profile(self, profile: ModelProfile) -> None:
         self._model_facts.pop(("profile", profile.model), None)
         self.db.write(
-            "INSERT INTO model_profiles (model, facts) VALUES (%s, %s) ON CONFLICT (model)"
+            "INSERT INTO model_profiles (model, facts) VALUES (?, ?) ON CONFLICT (model)"
             " DO UPDATE SET facts = excluded.facts, updated_at = mnemo_now()",
             (profile.model, json.dumps(profile.facts(), sort_keys=True)),
         )
