@@ -13,9 +13,9 @@ from typing import Any
 from bots.runtime import Runtime
 from bots.terminal import TerminalChannel
 from core.api import Channel, Service
-from core.dispatcher import SHUTDOWN_GRACE_S, Dispatcher
 from core.errors import DatabaseGone
-from core.storage import Storage
+from core.storage.engine import Storage
+from core.turn.dispatcher import SHUTDOWN_GRACE_S, Dispatcher
 
 logger = logging.getLogger(__name__)
 

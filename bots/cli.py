@@ -1,7 +1,7 @@
 """The `mnemo` command: chat, run, doctor, bench, and every plugin's subcommands.
 
 Only click is imported up front: each command imports what it uses when it runs, and the
-plugins' commands are registered by import path (`core.lazy_group`), so `mnemo --version`
+plugins' commands are registered by import path (`core.cli.lazy_group`), so `mnemo --version`
 and `mnemo --help` load neither pydantic nor the model, database or chat libraries.
 """
 
@@ -15,15 +15,15 @@ import click
 
 from bots.plugins import PLUGINS
 from core import __version__
+from core.cli.lazy_group import LazyGroup, add_lazy_command
 from core.errors import MnemoError
-from core.lazy_group import LazyGroup, add_lazy_command
 
 if TYPE_CHECKING:
     from bots.runtime import Runtime
     from bots.terminal import TerminalChannel
     from core.api import Check
     from core.config import Config
-    from core.embedded_model import EmbeddedServer
+    from core.model.embedded import EmbeddedServer
 
 
 class Context:
@@ -139,7 +139,7 @@ def run(context: Context) -> None:
 def runtime_for(config: Config, server: EmbeddedServer | None) -> Runtime:
     """The runtime on `config`; the embedded server's window is known before turn 1."""
     from bots.runtime import build_runtime
-    from core.embedded_model import remember_window
+    from core.model.embedded import remember_window
 
     runtime = build_runtime(config)
     if server is not None:
@@ -152,7 +152,7 @@ CHAT_SERVICES = ("mcp",)
 
 async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
     from bots.app import run_platform
-    from core.doctor import llm_setup_hint
+    from core.cli.doctor import llm_setup_hint
     from core.errors import LLMError
 
     try:
@@ -167,7 +167,7 @@ async def _chat(runtime: Runtime, channel: TerminalChannel) -> None:
 
 async def _run(runtime: Runtime) -> None:
     from bots.app import enabled_channels, run_platform
-    from core.doctor import llm_setup_hint
+    from core.cli.doctor import llm_setup_hint
     from core.errors import LLMError
 
     try:
@@ -221,9 +221,9 @@ async def _doctor_checks(context: Context) -> list[Check]:
 
 async def _runtime_checks(config: Config, server: EmbeddedServer | None) -> list[Check]:
     from core.api import Check
-    from core.doctor import llm_setup_hint, storage_checks
+    from core.cli.doctor import llm_setup_hint, storage_checks
     from core.errors import LLMError
-    from core.probes import model_checks
+    from core.model.probes import model_checks
 
     checks: list[Check] = []
     try:
@@ -254,7 +254,7 @@ def bench() -> None:
 add_lazy_command(
     bench,
     "stream",
-    "bots.stream_bench:bench_stream",
+    "bots.bench.stream:bench_stream",
     "Streamed replies: first visible text, platform calls, final text == stored.",
 )
 for plugin in PLUGINS:

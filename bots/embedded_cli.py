@@ -17,9 +17,9 @@ from pathlib import Path
 import click
 
 from bots.demo_install import Progress
-from core.cli import current_config
+from core.cli.runtime import current_config
 from core.config import Config
-from core.embedded_model import (
+from core.model.embedded import (
     INSTALL_HINT,
     EmbeddedServer,
     demo_notice,

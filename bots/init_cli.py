@@ -22,7 +22,7 @@ import click
 
 from core.config import load_config
 from core.errors import MnemoError
-from core.setup_scan import (
+from core.model.setup_scan import (
     DISCORD_API_URL,
     LOCAL_SERVERS,
     OPENAI_URL,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bots.web import plugin as web_plugin
-from core import default_plugin
+from core import plugin as default_plugin
 from core.mcp import plugin as mcp_plugin
 from core.skills import plugin as skills_plugin
 from memory import plugin as memory_plugin
@@ -16,7 +16,7 @@ from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
 
 if TYPE_CHECKING:
-    from core.hooks import Plugin
+    from core.turn.hooks import Plugin
 
 PLUGINS: tuple[Plugin, ...] = (
     default_plugin,

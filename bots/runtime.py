@@ -8,20 +8,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bots.plugins import PLUGINS
-from core.assembly import build_agent
 from core.config import Config
-from core.database import sqlite_connection
-from core.db import Connection
-from core.discovery import discover
-from core.dispatcher import Dispatcher
-from core.extensions import Extensions
-from core.hooks import Plugin
-from core.llm import OpenAILLM
-from core.request_plan import RequestPlanner
-from core.storage import Storage, open_storage
-from core.store import DeliveryStore, SessionStore
-from core.stores import file_store, session_store
-from core.turn import Agent
+from core.context.plan import RequestPlanner
+from core.model.client import OpenAILLM
+from core.model.discovery import discover
+from core.storage.database import sqlite_connection
+from core.storage.db import Connection
+from core.storage.engine import Storage, open_storage
+from core.storage.store import DeliveryStore, SessionStore
+from core.storage.stores import file_store, session_store
+from core.turn.agent import Agent
+from core.turn.assembly import build_agent
+from core.turn.dispatcher import Dispatcher
+from core.turn.extensions import Extensions
+from core.turn.hooks import Plugin
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import sys
 import click
 
 from bots.plugins import PLUGINS
-from core.cli import current_config
+from core.cli.runtime import current_config
 from core.errors import MnemoError
-from core.pg_db import redact_url
-from core.storage_migration import AfterCopy, migrate_to_postgresql
+from core.storage.migration import AfterCopy, migrate_to_postgresql
+from core.storage.pg_db import redact_url
 
 
 def after_copy_steps() -> tuple[AfterCopy, ...]:

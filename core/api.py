@@ -1,7 +1,7 @@
 """The turn API: what channels, extensions, tools and commands see of the core.
 
 Plain data and protocols only. This module imports nothing from core but errors and
-events, so every package can build on it and the turn orchestrator (`core.turn`) never
+events, so every package can build on it and the turn orchestrator (`core.turn.agent`) never
 has to be imported to write a tool, a command or an extension.
 """
 
@@ -189,7 +189,7 @@ class Extension:
     """What a package plugs into the turn loop; override what it provides.
 
     The built-in commands and tools, memory, learned strategies and the reflector are
-    all extensions, registered the same way (see `core.hooks`).
+    all extensions, registered the same way (see `core.turn.hooks`).
     """
 
     name = "extension"
@@ -221,7 +221,8 @@ class Extension:
     async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
         """Called before the chat's messages up to id `up_to` are summarised (the reflector
         saves their facts first). False: what this extension needs from them is not saved
-        yet, and the compaction is held back while the window has room (`core.compaction`)."""
+        yet, and the compaction is held back while the window has room
+        (`core.context.compaction`)."""
         return True
 
     def help_lines(self) -> list[str]:

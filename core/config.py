@@ -323,7 +323,7 @@ class McpConfig(Section):
 
 
 class FetchConfig(Section):
-    """The guarded HTTP fetch (`core.guarded_fetch`): web tools, `mnemo skills add URL`.
+    """The guarded HTTP fetch (`core.tools.guarded_fetch`): web tools, `mnemo skills add URL`.
 
     `allow` lists what the guard lets through although it is not public: host names
     (`wiki.lan`, matched exactly) and addresses or networks (`10.1.2.3`, `10.0.0.0/8`)."""

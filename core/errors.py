@@ -32,7 +32,7 @@ MnemoError
 Other packages subclass these where a caller must tell a case apart:
 `memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact) and
 `bots.telegram_webhook.NotStored` (a StorageError: Telegram is answered 503 and resends).
-Only the test harnesses in `core/testing/` raise errors outside this tree, on purpose.
+Only the test harnesses in `core/bench/fakes/` raise errors outside this tree, on purpose.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from core.store import SessionStore
+    from core.storage.store import SessionStore
     from memory.keeper import MemoryKeeper
 
 CHAT_HELP = "The chat: channel:chat_id (e.g. terminal:local, telegram:-100123) or its number."
@@ -23,9 +23,9 @@ CHAT_HELP = "The chat: channel:chat_id (e.g. terminal:local, telegram:-100123) o
 def open_keeper(load_model: bool = True) -> Iterator[tuple[MemoryKeeper, SessionStore]]:
     """The memory keeper (its model loaded, unless not needed) and the session store, on
     the engine `[storage] url` names."""
-    from core.cli import current_config
-    from core.storage import open_storage
-    from core.stores import session_store
+    from core.cli.runtime import current_config
+    from core.storage.engine import open_storage
+    from core.storage.stores import session_store
     from memory.keeper import MemoryKeeper
     from memory.stores import file_memory, memory_store
 
@@ -55,7 +55,7 @@ def _target(
     sessions: SessionStore, chat: str | None, global_: bool, create: bool = False
 ) -> int | None:
     """None for --global; else the chat's id (by number or channel:chat_id)."""
-    from core.cli import chat_param
+    from core.cli.runtime import chat_param
 
     if global_ == (chat is not None):
         raise click.UsageError("give exactly one of --chat or --global")
@@ -190,7 +190,7 @@ def forgotten_command(chat: str | None, global_: bool, lift_ids: tuple[int, ...]
 @memory_group.command("prepare")
 def prepare_command() -> None:
     """Export the embedding model to ONNX now (else the first start does it, once)."""
-    from core.cli import current_config
+    from core.cli.runtime import current_config
     from memory.embeddings import load_embedder
 
     memory = current_config().memory

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.api import ContextSection
-from core.chat_files import safe_path_part
-from core.file_store import DirectoryFileStore, FileStore, clean_path
+from core.chat.files import safe_path_part
+from core.storage.file_store import DirectoryFileStore, FileStore, clean_path
 from core.text import clip_middle
 from memory.hidden_text import visible_text
 
@@ -23,7 +23,7 @@ SCOPE_PRIORITY = {"global": 70, "channel": 65, "chat": 80}
 
 
 def safe_segment(name: str) -> str:
-    """A file-name-safe, collision-free encoding of `name` (see `core.chat_files`).
+    """A file-name-safe, collision-free encoding of `name` (see `core.chat.files`).
 
     Letters, digits, `_` and `-` stay; everything else (`.`, `/`, `\\`, `%`, NUL, …)
     becomes `%XX`, so no `..`, separator or absolute path survives. The chat's AGENTS.md,
@@ -41,7 +41,7 @@ class FileScope:
 
 class FileMemory:
     """Reads, writes and budgets the AGENTS.md files of one deployment, through a
-    `core.file_store.FileStore`: files under the data dir on SQLite, rows of `stored_files`
+    `core.storage.file_store.FileStore`: files under the data dir on SQLite, rows of `stored_files`
     on PostgreSQL (so every machine reads the same notes). A `Path` means the directory."""
 
     def __init__(self, files: FileStore | Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from core.clock import now_iso
-from core.database import Database, PostgresDatabase, SqliteDatabase
+from core.storage.database import Database, PostgresDatabase, SqliteDatabase
 from memory import pg_index, sqlite_index
 from memory.store import Changes, Marks, Vector
 

@@ -1,5 +1,6 @@
-"""DatabaseMemoryStore: the `MemoryStore` on either engine, one SQL text over `core.database`;
-its derived indexes (full text, vectors, the change log) are a `memory.memory_index`.
+"""DatabaseMemoryStore: the `MemoryStore` on either engine, one SQL text over
+`core.storage.database`; its derived indexes (full text, vectors, the change log) are a
+`memory.memory_index`.
 
 Every write keeps the index rows in step with the `memories` row, inside the caller's
 transaction if one is open. Vectors are written when an embedder is set (and, on SQLite,
@@ -15,8 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from core.clock import iso_utc, now_iso, utc_now
-from core.database import Database
 from core.errors import InputError
+from core.storage.database import Database
 from memory import note_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index

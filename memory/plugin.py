@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
 MEMORY_HELP = "Structured memories of a chat: list, search, add, forget, forgotten, reindex."
@@ -17,8 +17,8 @@ BENCH_HELP = "Ranking latency (query embedding included) for one chat of N memor
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.cli import bench_group
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
+    from core.cli.runtime import bench_group
 
     add_lazy_command(cli, "memory", "memory.cli:memory_group", MEMORY_HELP)
     add_lazy_command(bench_group(cli), "locomo", "memory.bench.cli:bench_locomo", LOCOMO_HELP)

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from core.db import Connection, OperationalError, transaction
+from core.storage.db import Connection, OperationalError, transaction
 from memory.store import (
     GLOBAL_SCOPE,
     PRUNED_SCOPE,

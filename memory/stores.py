@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.clock import utc_now
-from core.storage import Storage
+from core.storage.engine import Storage
 from memory.store import MemoryStore
 from memory.strategies.store import Clock, StrategyStore
 
@@ -32,7 +32,7 @@ def strategy_store(storage: Storage, clock: Clock | None = None) -> StrategyStor
 
 def file_memory(storage: Storage, data_dir: Path) -> FileMemory:
     """AGENTS.md file memory: files under `data_dir` on SQLite, rows on PostgreSQL."""
-    from core.stores import file_store
+    from core.storage.stores import file_store
     from memory.files import FileMemory
 
     return FileMemory(file_store(storage, data_dir))

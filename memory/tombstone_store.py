@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.database import Database
+from core.storage.database import Database
 from memory.store import Memory, Tombstone
 
 _COLUMNS = "id, chat_id, memory_id, content, speaker, forgotten_by, forgotten_at"

@@ -1,7 +1,7 @@
 """Fitting one reflector request into the model's context window.
 
-The window and the calibrated token estimate are the turn's (`core.model_profile`,
-`core.calibration`), looked up under the reflector's model. The prompt and the
+The window and the calibrated token estimate are the turn's (`core.model.profile`,
+`core.model.calibration`), looked up under the reflector's model. The prompt and the
 contributors' rules are counted first; their listings and the known memories get a capped
 share; the unseen messages take what is left, as many as fit. A message alone that does
 not fit is clipped, never skipped. A request the server still refuses, or whose reply is
@@ -14,11 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from core.calibration import estimator_for
 from core.config import Config
-from core.model_profile import Window, effective_window, request_tokens_for, window_for
-from core.store import SessionStore, StoredMessage
-from core.tokens import TokenEstimator
+from core.model.calibration import estimator_for
+from core.model.profile import Window, effective_window, request_tokens_for, window_for
+from core.model.tokens import TokenEstimator
+from core.storage.store import SessionStore, StoredMessage
 from reflector.extraction import (
     MESSAGE_MAX_CHARS,
     MESSAGE_MIN_CHARS,

@@ -19,14 +19,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from core.calibration import calibrate
 from core.config import Config
 from core.errors import ContextOverflow, FormatUnsupported, LLMError, ReplyInvalid
-from core.llm import LLM, Completion
-from core.model_profile import StructuredMode, learn, load_profile
-from core.store import SessionStore, StoredMessage
-from core.tokens import request_chars
-from core.usage import complete_recorded
+from core.model.calibration import calibrate
+from core.model.client import LLM, Completion
+from core.model.profile import StructuredMode, learn, load_profile
+from core.model.tokens import request_chars
+from core.model.usage import complete_recorded
+from core.storage.store import SessionStore, StoredMessage
 from memory.store import CATEGORIES
 from reflector.batching import Batch, Budget, KnownLookup, Shape, budget_for, plan_batch
 from reflector.contributors import PassContributor

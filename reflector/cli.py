@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from core.cli import chat_param, current_config
+from core.cli.runtime import chat_param, current_config
 
 if TYPE_CHECKING:
     from core.config import Config
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 def open_reflector(config: Config) -> Iterator[Reflector]:
     """A Reflector on its own connection (SQLite) or pool (PostgreSQL) to the configured
     database."""
-    from core.llm import OpenAILLM
-    from core.storage import open_storage
+    from core.model.client import OpenAILLM
+    from core.storage.engine import open_storage
     from reflector.stores import build_reflector
 
     storage = open_storage(config.storage)
@@ -73,7 +73,7 @@ def _print_runs(chat: str | None, limit: int = 20) -> None:
 @click.command("reflector")
 def reflector_worker() -> None:
     """Run the reflector on its schedule, alone (beside bot processes on the same database)."""
-    from core.pg_db import redact_url
+    from core.storage.pg_db import redact_url
 
     config = current_config()
     storage = config.storage

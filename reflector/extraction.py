@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from core.errors import ReplyInvalid
-from core.store import StoredMessage
+from core.storage.store import StoredMessage
 from core.text import clip_middle, strip_think, whole_number
 
 MESSAGE_MAX_CHARS = 1_500

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from core.store import StoredMessage
+from core.storage.store import StoredMessage
 from core.text import strip_think
 from memory.terms import STOP_WORDS, token_list
 

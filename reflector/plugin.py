@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
 REFLECT_HELP = "Distil facts from unseen messages into memories (one pass), or list past runs."
@@ -20,8 +20,8 @@ BENCH_HELP = "Time a pass over NEW messages in a chat with SMALL vs LARGE histor
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.cli import bench_group
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
+    from core.cli.runtime import bench_group
 
     add_lazy_command(cli, "reflect", "reflector.cli:reflect", REFLECT_HELP)
     add_lazy_command(cli, "reflector", "reflector.cli:reflector_worker", WORKER_HELP)

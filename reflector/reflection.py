@@ -23,8 +23,8 @@ from typing import Any
 
 from core.config import Config
 from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
-from core.llm import LLM
-from core.store import SessionStore
+from core.model.client import LLM
+from core.storage.store import SessionStore
 from memory.embeddings import Embedder, load_embedder
 from memory.forgetting import repeated_tombstone, texts_to_embed
 from memory.quality import check_fact

@@ -3,7 +3,7 @@
 Servers accept different forms: `json_schema` (llama.cpp's llama-server, Ollama, vLLM,
 OpenAI), llama-cpp-python's `json_object` carrying a `schema`, or none at all (then the
 prompt alone asks for JSON and `reflector.extraction` parses and repairs what comes back).
-The form that works is learned per model (`core.model_profile`, `structured`) and tried
+The form that works is learned per model (`core.model.profile`, `structured`) and tried
 first next time; the prompt is the same in every mode.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from core.model_profile import StructuredMode
+from core.model.profile import StructuredMode
 
 SCHEMA_NAME = "reflection"
 FALLBACK: dict[StructuredMode, StructuredMode | None] = {

@@ -22,7 +22,7 @@ JOB_ID = "reflector-pass"
 
 
 class ReflectorService:
-    """A `core.extensions.Service`: `run()` until cancelled."""
+    """A `core.turn.extensions.Service`: `run()` until cancelled."""
 
     name = "reflector"
 

@@ -1,5 +1,5 @@
 """The reflector's own stores on either engine: cursors (`memory_reflector_state`), leases
-(`reflector_leases`) and runs (`reflector_runs`), one SQL text over `core.database`.
+(`reflector_leases`) and runs (`reflector_runs`), one SQL text over `core.storage.database`.
 
 Leases: on PostgreSQL (workers on many machines) a claimant locks the first free lease row
 of its due chats with `FOR UPDATE SKIP LOCKED` and writes itself in, so N workers never take
@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from core.database import Database
+from core.storage.database import Database
 from reflector.store import ChatRun, FailedAttempts, Lease, RunRow
 
 # pg_advisory_xact_lock(namespace, key): the two-int form, so it never meets a lock taken

@@ -1,6 +1,6 @@
 """The reflector's storage interface: per-chat cursors, leases and the log of runs.
 
-`reflector.state_store` holds their one implementation over `core.database` (both
+`reflector.state_store` holds their one implementation over `core.storage.database` (both
 engines); `reflector.stores` builds them for a `Storage`.
 """
 

@@ -7,10 +7,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from core.config import Config
-from core.db import Connection
-from core.llm import LLM
-from core.storage import Storage, sqlite_storage
-from core.stores import session_store
+from core.model.client import LLM
+from core.storage.db import Connection
+from core.storage.engine import Storage, sqlite_storage
+from core.storage.stores import session_store
 from memory.store import MemoryStore
 from memory.stores import memory_store, strategy_store
 from reflector.contributors import PassContributor

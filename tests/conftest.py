@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.postgres import PostgresServer
 from core.config import Config, StorageConfig, load_config
-from core.db import Connection, connect
-from core.storage import Storage, open_storage
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.postgres import PostgresServer
+from core.storage.db import Connection, connect
+from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 
 REPO = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 PRODUCT = ("core", "memory", "reflector", "bots", "migrations")
 FORBIDDEN_IN_CORE = ("bots", "memory", "reflector", "telegram", "discord")
 COMPOSITION_ROOTS = {"cli.py", "runtime.py", "plugins.py", "app.py", "__init__.py"}
-TURN_ORCHESTRATOR = "core.turn"
+TURN_ORCHESTRATOR = "core.turn.agent"
 SQL = re.compile(
     r"\b(SELECT\s+\S|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
     r"|CREATE\s+(TABLE|INDEX|VIRTUAL|TRIGGER|UNIQUE)|DROP\s+(TABLE|INDEX)|ALTER\s+TABLE"
@@ -146,7 +146,7 @@ def test_only_the_assembly_builds_an_agent() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Agent":
                 builders.append(name)
-    assert builders == ["core.assembly"]
+    assert builders == ["core.turn.assembly"]
 
 
 def is_store_module(path: Path) -> bool:
@@ -155,13 +155,18 @@ def is_store_module(path: Path) -> bool:
     return (
         path.name == "store.py"
         or path.name.endswith("_store.py")
-        or relative in (Path("core/db.py"), Path("core/pg_db.py"), Path("core/database.py"))
+        or relative
+        in (
+            Path("core/storage/db.py"),
+            Path("core/storage/pg_db.py"),
+            Path("core/storage/database.py"),
+        )
         or relative in INDEX_MODULES
         or relative.parts[0] == "migrations"
     )
 
 
-# A table is written once: every store sits on `core.database`'s seam with `?` placeholders.
+# A table is written once: every store sits on `core.storage.database`'s seam with `?` placeholders.
 # Only these modules may name an engine (its driver, its connection module, psycopg's `%s`):
 # the seam and its dialect, the vector and full-text indexes, and the SQLite-only backup and
 # the SQLite-to-PostgreSQL copy, which are about one engine by nature.
@@ -171,17 +176,17 @@ INDEX_MODULES = (
     Path("memory/memory_index.py"),
 )
 ENGINE_MODULES = (
-    Path("core/db.py"),
-    Path("core/pg_db.py"),
-    Path("core/database.py"),
-    Path("core/dialect.py"),
-    Path("core/storage.py"),
-    Path("core/backup_store.py"),
-    Path("core/storage_copy_store.py"),
+    Path("core/storage/db.py"),
+    Path("core/storage/pg_db.py"),
+    Path("core/storage/database.py"),
+    Path("core/storage/dialect.py"),
+    Path("core/storage/engine.py"),
+    Path("core/storage/backup_store.py"),
+    Path("core/storage/copy_store.py"),
     *INDEX_MODULES,
 )
 ENGINE_IMPORTS = ("sqlite3", "pysqlite3", "sqlite_vec", "psycopg", "psycopg_pool")
-ENGINE_CONNECTIONS = ("core.db", "core.pg_db")
+ENGINE_CONNECTIONS = ("core.storage.db", "core.storage.pg_db")
 ENGINE_NAMED_STORE = re.compile(r"^(pg|sqlite)_.*store.*\.py$")
 PYFORMAT = re.compile(r"%s|%\(\w+\)s")
 
@@ -246,7 +251,7 @@ def test_sql_lives_only_in_store_modules() -> None:
 
 
 def test_stores_name_no_engine() -> None:
-    """Every store is one class over `core.database` for both engines."""
+    """Every store is one class over `core.storage.database` for both engines."""
     found = {
         str(path.relative_to(REPO)): list(engine_names_in(path))
         for path in modules().values()
@@ -270,7 +275,7 @@ def test_the_engine_check_sees_an_engine(tmp_path: Path) -> None:
     sample = tmp_path / "sample_store.py"
     sample.write_text(
         "import psycopg\n"
-        "from core.db import Connection\n"
+        "from core.storage.db import Connection\n"
         'x = "SELECT id FROM memories WHERE id = %s"\n'
         'y = "SELECT id FROM memories WHERE id = ?"\n',
         encoding="utf-8",
@@ -296,7 +301,7 @@ def test_the_sql_check_sees_sql(tmp_path: Path) -> None:
 
 def exception_classes_outside_the_tree() -> list[str]:
     """Exception classes of product modules that do not descend from `core/errors.py`'s
-    tree (the test harnesses under `core/testing/` aside: their failures are not Mnemo's)."""
+    tree (the test harnesses under `core/bench/fakes/` aside: their failures are not Mnemo's)."""
     in_tree = {
         node.name
         for node in ast.walk(ast.parse((REPO / "core/errors.py").read_text(encoding="utf-8")))
@@ -304,7 +309,7 @@ def exception_classes_outside_the_tree() -> list[str]:
     }
     classes: list[tuple[str, set[str]]] = []
     for name, path in modules().items():
-        if name == "core.errors" or name.startswith("core.testing"):
+        if name == "core.errors" or name.startswith("core.bench.fakes"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
@@ -345,3 +350,89 @@ def test_no_function_is_over_fifty_lines() -> None:
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert long == []
+
+
+# --- core sub-package layering (issue 27; added by restructure.py) ---
+# Each part of core is a sub-package named for what it owns; a layer never imports the ones
+# above it. (Names are built from parts, never written whole, so that the layout script
+# can be rerun over this file.)
+CORE_PARTS = (
+    "turn", "tools", "context", "model", "storage", "chat", "cli", "bench", "skills", "mcp",
+)  # fmt: skip
+CORE_TOP = ("api", "errors", "events", "clock", "text", "config", "plugin")
+NEVER_IMPORTS = {
+    "storage": ("turn", "tools", "context", "chat", "cli", "bench"),
+    "model": ("turn", "tools", "context", "chat", "cli", "bench"),
+    "tools": ("turn", "context", "cli", "bench"),
+    "context": ("turn", "cli", "bench"),
+    "chat": ("cli", "bench"),
+    "turn": ("cli", "bench"),
+}
+
+
+_GRAPH: dict[str, set[str]] = {}
+
+
+def graph_once() -> dict[str, set[str]]:
+    """The import graph, built once for the rules below (it parses every module)."""
+    if not _GRAPH:
+        _GRAPH.update(import_graph())
+    return _GRAPH
+
+
+def core_part(module: str) -> str | None:
+    """The sub-package of core a module belongs to (`core.x.y` → `x`), if any."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "core" else None
+
+
+def test_core_holds_only_its_parts_and_top_modules() -> None:
+    """A new module lands in the sub-package it belongs to, not loose in core/."""
+    loose = [
+        name
+        for name in modules()
+        if name.startswith("core" + ".")
+        and core_part(name) is None
+        and name.split(".")[1] not in CORE_PARTS + CORE_TOP
+    ]
+    assert loose == []
+
+
+def test_no_core_part_imports_a_layer_above() -> None:
+    bad = sorted(
+        f"{name} imports {target}"
+        for name, targets in graph_once().items()
+        for target in targets
+        if core_part(target) in NEVER_IMPORTS.get(core_part(name) or "", ())
+    )
+    assert bad == []
+
+
+def test_the_top_modules_of_core_import_no_part() -> None:
+    """The turn API, config, errors, events, clock and text sit under every part (the
+    core's plugin, a composition root, aside)."""
+    bad = sorted(
+        f"{name} imports {target}"
+        for name, targets in graph_once().items()
+        if name.startswith("core" + ".") and name.split(".")[1] in CORE_TOP[:-1]
+        for target in targets
+        if core_part(target) is not None
+    )
+    assert bad == []
+
+
+def test_only_benches_the_core_plugin_and_tests_use_the_bench_package() -> None:
+    """The benchmarks and their fakes stay out of the turn's path."""
+    bench = "core" + ".bench"
+    users = sorted(
+        name
+        for name, targets in graph_once().items()
+        if "bench" not in name.split(".") and name != "core" + ".plugin"
+        if any(t == bench or t.startswith(bench + ".") for t in targets)
+    )
+    assert users == []
+
+
+def test_product_code_never_imports_the_tests() -> None:
+    bad = [str(path) for path in modules().values() if "tests" in imported_modules(path)]
+    assert bad == []

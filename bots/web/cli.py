@@ -9,7 +9,7 @@ import signal
 
 import click
 
-from core.cli import Runtime, current_source
+from core.cli.runtime import Runtime, current_source
 
 
 @click.command("web")

@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 
 from bots.web.store import ChatOverview, DashboardStore
 from core.api import QUERY_CHARS, Chat, ChatKind, Check, ContextSection, Inbound, TurnContext
-from core.chat_keys import is_control_chat
+from core.chat.keys import is_control_chat
+from core.cli.doctor import storage_checks
 from core.config import Config
-from core.context_report import ContextReport, context_report
-from core.doctor import storage_checks
+from core.context.plan import RequestPlanner, pressure
+from core.context.report import ContextReport, context_report
 from core.errors import InputError
-from core.extensions import Extensions
-from core.llm import LLM, OpenAILLM
-from core.model_profile import ModelProfile, Window, load_profile
-from core.probes import model_checks
-from core.request_plan import RequestPlanner, pressure
-from core.storage import Storage
-from core.store import SessionStore
+from core.model.client import LLM, OpenAILLM
+from core.model.probes import model_checks
+from core.model.profile import ModelProfile, Window, load_profile
+from core.storage.engine import Storage
+from core.storage.store import SessionStore
+from core.turn.extensions import Extensions
 from memory.hidden_text import visible_text
 from memory.injection import max_injectable, memories_section, select_within_budget
 from memory.keeper import MemoryKeeper

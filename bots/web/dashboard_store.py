@@ -1,5 +1,5 @@
 """DatabaseDashboardStore: the `DashboardStore` on either engine, one SQL text over
-`core.database`.
+`core.storage.database`.
 
 Timestamps are ISO text on both engines, so a day is `substr(created_at, 1, 10)`. Per-chat
 figures are index lookups (`messages (chat_id, id)`, `memories (chat_id, archived, id)`,
@@ -28,7 +28,7 @@ from bots.web.store import (
     overview_from_row,
     unanswered_from_rows,
 )
-from core.database import Database
+from core.storage.database import Database
 
 
 def _scope(chat_id: int | None) -> tuple[str, tuple[int, ...]]:

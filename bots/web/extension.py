@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from core.api import Extension, Service
-from core.hooks import Host
+from core.turn.hooks import Host
 
 if TYPE_CHECKING:
     from bots.web.dashboard import Dashboard

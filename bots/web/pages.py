@@ -14,7 +14,7 @@ from bots.web.charts import Share
 from bots.web.dashboard import Dashboard, session_pressure
 from core.api import Chat
 from core.clock import utc_now
-from core.model_profile import effective_window, model_label
+from core.model.profile import effective_window, model_label
 from core.text import whole_number
 
 CHATS_PER_PAGE = 50

@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
 WEB_HELP = "Serve the operator's dashboard: chats, memories, context, pictures, health."
@@ -17,8 +17,8 @@ BENCH_HELP = "Server time of every dashboard page on a seeded database (target: 
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.cli import bench_group
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
+    from core.cli.runtime import bench_group
 
     add_lazy_command(cli, "web", "bots.web.cli:web_command", WEB_HELP)
     add_lazy_command(bench_group(cli), "web", "bots.web.bench.run:bench_web", BENCH_HELP)

@@ -37,14 +37,14 @@ from typing import Any
 
 import click
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
 from core.bench.startup import MNEMO, bench_env, write_config
 from core.bench.support import echo_result
 from core.config import StorageConfig
-from core.storage import open_storage
-from core.store import StoredMessage
-from core.stores import session_store
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.testing.fake_telegram import FakeTelegramServer, user
+from core.storage.engine import open_storage
+from core.storage.store import StoredMessage
+from core.storage.stores import session_store
 
 CHANNEL = "telegram"
 FIRST_CHAT_ID = 5000

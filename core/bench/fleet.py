@@ -35,10 +35,10 @@ from core.bench.chaos import (
     terminate,
     wait_delivered,
 )
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import FakeTelegramServer
+from core.bench.fakes.round_robin_proxy import RoundRobinProxy
 from core.bench.startup import write_config
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import FakeTelegramServer
-from core.testing.round_robin_proxy import RoundRobinProxy
 
 WEBHOOK_PATH = "/telegram"
 WORKER_INTERVAL_MINS = 0.05  # every 3 s

@@ -27,10 +27,7 @@ from typing import Any, Literal, Protocol, cast
 import click
 
 from core.api import Handler, Inbound
-from core.bench.support import TOPICS, echo_result
-from core.cli import Runtime, current_source
-from core.config import Config, load_config
-from core.testing.llama_server import (
+from core.bench.fakes.llama_server import (
     MODEL_ALIAS,
     LlamaServer,
     RealServerUnavailable,
@@ -39,6 +36,9 @@ from core.testing.llama_server import (
     smollm2_gguf,
     strict_template_gguf,
 )
+from core.bench.support import TOPICS, echo_result
+from core.cli.runtime import Runtime, current_source
+from core.config import Config, load_config
 
 CHANNEL = "bench"
 CHAT_ID = "kv"

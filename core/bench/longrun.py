@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from core.api import Extension, Inbound, Tool, TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.bench.support import (
     BENCH_SUMMARY,
     bench_agent,
@@ -25,14 +26,13 @@ from core.bench.support import (
     scripted_reply,
     scripted_user_message,
 )
-from core.calibration import estimator_for
-from core.compaction import orphaned_tool_messages
 from core.config import Config, load_config
-from core.db import Connection
-from core.summary import is_summary_request
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from core.tokens import overhead_tokens, request_chars
-from core.turn import Agent
+from core.context.compaction import orphaned_tool_messages
+from core.context.summary import is_summary_request
+from core.model.calibration import estimator_for
+from core.model.tokens import overhead_tokens, request_chars
+from core.storage.db import Connection
+from core.turn.agent import Agent
 
 REPORT_CHARS = 20_000
 

@@ -30,11 +30,11 @@ from core.bench.fleet import webhook_fleet_run
 from core.bench.support import echo_result
 from core.config import Config, StorageConfig
 from core.events import Inbound
-from core.storage import open_storage
-from core.storage_copy_store import pg_drop_everything
-from core.storage_migration import migrate_to_postgresql
-from core.store import NewMessage
-from core.stores import delivery_store, session_store
+from core.storage.copy_store import pg_drop_everything
+from core.storage.engine import open_storage
+from core.storage.migration import migrate_to_postgresql
+from core.storage.store import NewMessage
+from core.storage.stores import delivery_store, session_store
 
 
 @contextmanager
@@ -48,7 +48,7 @@ def postgres_databases(url: str | None) -> Iterator[Any]:
 
         yield given
         return
-    from core.testing.postgres import PostgresServer, PostgresUnavailable
+    from core.bench.fakes.postgres import PostgresServer, PostgresUnavailable
 
     try:
         server = PostgresServer()

@@ -27,9 +27,9 @@ from typing import Any
 
 import click
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
 from core.bench.support import echo_result
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import FakeTelegramServer, user
 
 MNEMO = [sys.executable, "-m", "bots.cli"]
 RUN_CHATS = 20

@@ -12,17 +12,17 @@ from typing import Any
 import click
 
 from core.api import Extension
-from core.assembly import build_agent
-from core.builtins import CoreExtension
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config, load_config
-from core.database import SqliteDatabase
-from core.db import Connection, connect
-from core.llm import OpenAILLM
-from core.session_store import DatabaseSessionStore
-from core.storage import sqlite_storage
-from core.summary import is_summary_request
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.turn import Agent
+from core.context.summary import is_summary_request
+from core.model.client import OpenAILLM
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection, connect
+from core.storage.engine import sqlite_storage
+from core.storage.session_store import DatabaseSessionStore
+from core.turn.agent import Agent
+from core.turn.assembly import build_agent
+from core.turn.builtins import CoreExtension
 
 TOPICS = (
     "the database migration for the billing service",

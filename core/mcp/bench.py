@@ -1,5 +1,5 @@
 """`mnemo bench tools`: what one MCP call costs on top of the tool's own work, over stdio and
-streamable HTTP, against the test server (`core.testing.mcp_server`); and how long a server
+streamable HTTP, against the test server (`core.bench.fakes.mcp_server`); and how long a server
 takes to come up (in the background: a turn never waits for it)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from core.config import McpServerConfig
 from core.mcp.connection import McpServer
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER = ["-m", "core.testing.mcp_server"]
+SERVER = ["-m", "core.bench.fakes.mcp_server"]
 START_S = 120.0
 
 

@@ -21,7 +21,7 @@ from core.api import (
 from core.config import Config, McpServerConfig
 from core.errors import ToolError
 from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool, describe
-from core.tools import ToolRegistry
+from core.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
 

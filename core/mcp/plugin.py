@@ -9,15 +9,15 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 # Short help for `mnemo bench --help`, which lists the benches without importing them.
 BENCH_HELP = "The overhead of one MCP call (stdio, streamable HTTP): p50/p95 of a no-work tool."
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.cli import bench_group
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
+    from core.cli.runtime import bench_group
 
     add_lazy_command(bench_group(cli), "tools", "core.mcp.bench:bench_tools", BENCH_HELP)
 

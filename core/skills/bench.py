@@ -19,12 +19,12 @@ from typing import Any
 import click
 
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, prompt_tokens_of
 from core.bench.support import bench_agent, echo_result, scripted_reply
-from core.file_store import DirectoryFileStore, FileStore
+from core.model.tokens import estimate_tokens
 from core.skills.catalog import SkillCatalog, scope_dir
 from core.skills.extension import SkillsExtension, render_skills
-from core.testing.fake_openai import FakeOpenAIServer, prompt_tokens_of
-from core.tokens import estimate_tokens
+from core.storage.file_store import DirectoryFileStore, FileStore
 
 TOPICS = ("pdf", "spreadsheet", "invoice", "travel", "recipe", "git", "email", "budget")
 
@@ -119,8 +119,8 @@ async def measure_requests(count: int, window: int) -> dict[str, Any]:
 def scans_on_database(url: str, count: int, turns: int) -> dict[str, Any]:
     """`measure_scans` on the file store of the database at `url` (rows of stored_files)."""
     from core.config import StorageConfig
-    from core.storage import open_storage
-    from core.stores import file_store
+    from core.storage.engine import open_storage
+    from core.storage.stores import file_store
 
     storage = open_storage(StorageConfig(url=url))
     files = file_store(storage, Path("."))

@@ -1,7 +1,7 @@
 """The skills a chat can use: SKILL.md folders in three scopes, found, validated and cached.
 
 Scopes and where their folders are (in the file store, like AGENTS.md; paths built with
-`core.chat_files.safe_path_part`, so no channel or chat id can leave the data dir):
+`core.chat.files.safe_path_part`, so no channel or chat id can leave the data dir):
   global   skills/<name>/SKILL.md
   channel  <channel>/skills/<name>/SKILL.md
   chat     <channel>/<chat>/skills/<name>/SKILL.md
@@ -20,10 +20,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from core.chat_files import safe_path_part
+from core.chat.files import safe_path_part
 from core.errors import InputError, SkillError
-from core.file_store import FileStore, clean_path
 from core.skills.front_matter import split_front_matter
+from core.storage.file_store import FileStore, clean_path
 
 logger = logging.getLogger(__name__)
 

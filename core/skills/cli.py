@@ -14,9 +14,9 @@ import click
 
 if TYPE_CHECKING:
     from core.config import Config
-    from core.file_store import FileStore
     from core.skills.catalog import SkillLimits
-    from core.store import SessionStore
+    from core.storage.file_store import FileStore
+    from core.storage.store import SessionStore
 
 CHAT_HELP = "A chat's own skills: channel:chat_id (e.g. telegram:-100123) or its number."
 CHANNEL_HELP = "A channel's skills (telegram, discord, terminal)."
@@ -25,9 +25,9 @@ CHANNEL_HELP = "A channel's skills (telegram, discord, terminal)."
 @contextmanager
 def open_files() -> Iterator[tuple[Config, FileStore, SessionStore]]:
     """The config, the file store and the session store on `[storage]`'s engine."""
-    from core.cli import current_config
-    from core.storage import open_storage
-    from core.stores import file_store, session_store
+    from core.cli.runtime import current_config
+    from core.storage.engine import open_storage
+    from core.storage.stores import file_store, session_store
 
     config = current_config()
     storage = open_storage(config.storage)
@@ -46,7 +46,7 @@ def limits_of(config: Config) -> SkillLimits:
 def scope_of(sessions: SessionStore, chat: str | None, channel: str | None) -> tuple[str, str, str]:
     """(scope, channel, chat_id) named by the options; global when neither is given."""
     from core.api import split_chat_key
-    from core.cli import chat_param
+    from core.cli.runtime import chat_param
 
     if chat and channel:
         raise click.UsageError("give --chat or --channel, not both")
@@ -103,7 +103,6 @@ def add_command(source: str, chat: str | None, channel: str | None, force: bool)
     """Add the skill in the folder or .zip file SOURCE, or in the zip at the URL SOURCE
     (fetched through the guard of `[fetch]`). Nothing in it is run."""
     from core.errors import FetchError, SkillError
-    from core.guarded_fetch import FetchPolicy
     from core.skills.catalog import scope_dir
     from core.skills.install import (
         bundle_from_dir,
@@ -111,6 +110,7 @@ def add_command(source: str, chat: str | None, channel: str | None, force: bool)
         bundle_from_zip,
         install_bundle,
     )
+    from core.tools.guarded_fetch import FetchPolicy
 
     with open_files() as (config, files, sessions):
         scope, channel_name, chat_id = scope_of(sessions, chat, channel)

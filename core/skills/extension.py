@@ -13,7 +13,6 @@ from typing import Any
 from core.api import Chat, Check, Command, ContextSection, Extension, Tool, TurnContext
 from core.config import SkillsConfig
 from core.errors import SkillError, ToolError
-from core.file_store import FileStore
 from core.skills.catalog import (
     SCOPES,
     Skill,
@@ -23,6 +22,7 @@ from core.skills.catalog import (
     scope_dir,
 )
 from core.skills.install import all_problems
+from core.storage.file_store import FileStore
 
 SECTION_KEY = "skills"
 SECTION_PRIORITY = 55

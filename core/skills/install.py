@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import InputError, SkillError
-from core.file_store import FileStore, clean_path
-from core.guarded_fetch import FetchPolicy, guarded_fetch
 from core.skills.catalog import (
     SKILL_FILE,
     SkillCatalog,
@@ -27,6 +25,8 @@ from core.skills.catalog import (
     parse_skill,
 )
 from core.skills.front_matter import split_front_matter
+from core.storage.file_store import FileStore, clean_path
+from core.tools.guarded_fetch import FetchPolicy, guarded_fetch
 
 MAX_FILES = 200
 MAX_FILE_BYTES = 1_000_000
@@ -123,7 +123,7 @@ def bundle_from_zip(data: bytes) -> Bundle:
 
 
 async def bundle_from_url(url: str, policy: FetchPolicy) -> Bundle:
-    """The skill in the zip at `url`, fetched through the guard (`core.guarded_fetch`)."""
+    """The skill in the zip at `url`, fetched through the guard (`core.tools.guarded_fetch`)."""
     result = await guarded_fetch(url, policy)
     if result.status != 200:
         raise SkillError(f"{result.url} answered HTTP {result.status}, not a zip archive")

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
@@ -20,8 +20,8 @@ BENCH_HELP = (
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.cli import bench_group
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
+    from core.cli.runtime import bench_group
 
     add_lazy_command(cli, "skills", "core.skills.cli:skills_group", SKILLS_HELP)
     add_lazy_command(bench_group(cli), "skills", "core.skills.bench:bench_skills", BENCH_HELP)

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from core.database import PostgresDatabase, SqliteDatabase
-from core.storage import Storage
+from core.storage.database import PostgresDatabase, SqliteDatabase
+from core.storage.engine import Storage
 from memory.bench.techniques import TECHNIQUES
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
@@ -228,7 +228,7 @@ def synthetic_query(rng: random.Random) -> str:
 @click.option(
     "--test-postgres",
     is_flag=True,
-    help="Bench on a throwaway PostgreSQL server started for the run (core.testing.postgres).",
+    help="Bench on a throwaway PostgreSQL server started for the run (core.bench.fakes.postgres).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_memory(
@@ -245,7 +245,7 @@ def bench_memory(
     with contextlib.ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mnemo-bench-")))
         if test_postgres:
-            from core.testing.postgres import PostgresServer
+            from core.bench.fakes.postgres import PostgresServer
 
             server = stack.enter_context(PostgresServer())
             storage_url = server.create_database("bench")
@@ -257,7 +257,7 @@ def bench_memory(
 def _bench_storage(work: Path, url: str | None) -> Storage:
     """A throwaway SQLite file, or the (migrated) PostgreSQL database `url`."""
     from core.config import StorageConfig
-    from core.storage import open_storage
+    from core.storage.engine import open_storage
 
     return open_storage(StorageConfig(url=url or f"sqlite:///{work / 'bench.db'}"))
 
@@ -346,7 +346,7 @@ def _first_builds(memories: Any, chat_id: int) -> dict[str, dict[str, float]]:
 
 def _bench_chats(storage: Storage) -> tuple[int, int]:
     """The ranked chat and a neighbour's, on either engine."""
-    from core.stores import session_store
+    from core.storage.stores import session_store
 
     sessions = session_store(storage)
     return (

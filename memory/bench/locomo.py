@@ -16,9 +16,9 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from core.database import SqliteDatabase
-from core.db import connect
-from core.session_store import DatabaseSessionStore
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 from memory.bench.techniques import Candidates, Refiner, ranked_text
 from memory.embeddings import Embedder
 from memory.memory_store import DatabaseMemoryStore

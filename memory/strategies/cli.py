@@ -7,10 +7,10 @@ from contextlib import contextmanager
 
 import click
 
-from core.cli import chat_param, current_config
-from core.storage import open_storage
-from core.store import SessionStore
-from core.stores import session_store
+from core.cli.runtime import chat_param, current_config
+from core.storage.engine import open_storage
+from core.storage.store import SessionStore
+from core.storage.stores import session_store
 from memory.stores import strategy_store
 from memory.strategies.extension import describe
 from memory.strategies.lifecycle import ARCHIVED

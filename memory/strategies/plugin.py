@@ -8,14 +8,14 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
-    from core.hooks import Host
+    from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the command without importing it.
 HELP = "Learned strategies (SHADOW → PROMOTED → DEMOTED/ARCHIVED)."
 
 
 def register_commands(cli: click.Group) -> None:
-    from core.lazy_group import add_lazy_command
+    from core.cli.lazy_group import add_lazy_command
 
     add_lazy_command(cli, "strategies", "memory.strategies.cli:strategies_group", HELP)
 

@@ -1,5 +1,5 @@
 """DatabaseStrategyStore: the `StrategyStore` on either engine, one SQL text over
-`core.database`; every change is logged as an event, inside the caller's transaction when
+`core.storage.database`; every change is logged as an event, inside the caller's transaction when
 one is open."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from core.clock import iso_utc, utc_now
-from core.database import Database
+from core.storage.database import Database
 from memory.strategies.lifecycle import (
     ARCHIVED,
     PROMOTED,

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config, load_config
-from core.database import SqliteDatabase
-from core.db import connect
 from core.errors import MnemoError
-from core.llm import OpenAILLM
-from core.session_store import DatabaseSessionStore
-from core.store import NewMessage, SessionStore
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.model.client import OpenAILLM
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
+from core.storage.store import NewMessage, SessionStore
 from memory.memory_store import DatabaseMemoryStore
 from reflector.reflection import Reflector
 from reflector.stores import sqlite_reflector

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core.dispatcher import Dispatcher
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import FakeTelegramServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import FakeTelegramServer
+from core.turn.dispatcher import Dispatcher
 from tests.conftest import make_config
 
 FAST_RETRIES = (0.05, 0.05, 0.05)  # a failed send is tried again at once in tests

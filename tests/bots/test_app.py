@@ -11,10 +11,10 @@ from bots.app import enabled_channels
 from bots.discord_bot import DiscordChannel
 from bots.runtime import Runtime
 from bots.telegram import TelegramChannel
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
 from core.config import load_config
 from core.errors import ConfigError
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import FakeTelegramServer, user
 from tests.conftest import start_mnemo, write_config
 
 

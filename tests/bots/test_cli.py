@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from bots.cli import cli
 from core import __version__
-from core.lazy_group import LazyGroup
+from core.cli.lazy_group import LazyGroup
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHES = {

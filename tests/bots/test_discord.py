@@ -12,7 +12,7 @@ import pytest
 
 from bots.discord_bot import DiscordChannel
 from bots.runtime import Runtime, build_runtime
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from tests.conftest import make_config
 
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import connect
-from core.delivery_store import DatabaseDeliveryStore
-from core.store import DeliveryTotals
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
-from core.testing.fake_telegram import FakeTelegramServer, user
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.delivery_store import DatabaseDeliveryStore
+from core.storage.store import DeliveryTotals
 from tests.conftest import start_mnemo, write_config
 
 # Timed kills and shutdowns: on xdist, one at a time (with tests/e2e/test_chaos.py).

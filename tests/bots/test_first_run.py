@@ -13,8 +13,8 @@ import pytest
 
 from bots.demo_install import Progress, follow, pip_command
 from bots.embedded_cli import unattended_fallback
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import load_config
-from core.testing.fake_openai import FakeOpenAIServer
 
 REPO = Path(__file__).resolve().parents[2]
 DEAD_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens on loopback

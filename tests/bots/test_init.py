@@ -12,10 +12,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+from core.bench.fakes.fake_discord_api import FakeDiscordAPI
+from core.bench.fakes.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
+from core.bench.fakes.fake_telegram import FakeTelegramServer
 from core.config import load_config
-from core.testing.fake_discord_api import FakeDiscordAPI
-from core.testing.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
-from core.testing.fake_telegram import FakeTelegramServer
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN")

@@ -3,7 +3,7 @@ stored reply (cut streams included)."""
 
 from __future__ import annotations
 
-from bots.stream_bench import bench_runs, summary
+from bots.bench.stream import bench_runs, summary
 
 
 async def test_a_tiny_stream_bench_keeps_final_and_stored_text_identical() -> None:

@@ -14,8 +14,8 @@ from bots.app import run_platform
 from bots.runtime import Runtime
 from bots.telegram import TelegramChannel
 from core.api import Channel
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
-from core.testing.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.bench.fakes.fake_telegram import BOT_USER, BOT_USERNAME, FakeTelegramServer, user
 from tests.bots.conftest import FAST_RETRIES
 
 ALICE = user(101, "Alice", "alice")

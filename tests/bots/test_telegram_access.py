@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
 from tests.bots.test_telegram import ALICE, GROUP, eventually, private, replies_to, running, stored
 from tests.conftest import make_config
 

@@ -16,10 +16,10 @@ from bots.runtime import Runtime
 from bots.telegram_delivery import SEND_RETRIES, ReplyRateLimiter
 from bots.telegram_updates import readable_update
 from core.api import Outbound
-from core.dispatcher import CRASH_REPLY
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_telegram import FakeTelegramServer
 from core.errors import DeliveryFailed
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.testing.fake_telegram import FakeTelegramServer
+from core.turn.dispatcher import CRASH_REPLY
 from tests.bots.test_telegram import ALICE, BOB, eventually, private, replies_to, running, stored
 
 LONG_REPLY = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum dolor sit amet " * 40 for i in range(9))

@@ -11,9 +11,9 @@ from bots.runtime import Runtime
 from bots.telegram_delivery import format_reply
 from bots.telegram_stream import DRAFT_REFRESH_S, TelegramStreams
 from core.api import Outbound
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.testing.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
-from core.turn import STREAM_CUT_MARKER
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
+from core.turn.agent import STREAM_CUT_MARKER
 from tests.bots.test_telegram import GROUP, eventually, private, running, stored
 
 ALICE = user(101, "Alice")

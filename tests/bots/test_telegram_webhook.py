@@ -16,7 +16,7 @@ from bots.runtime import Runtime
 from bots.telegram import TelegramChannel
 from bots.telegram_webhook import SECRET_HEADER
 from core.api import Inbound, Outbound
-from core.testing.fake_telegram import FakeTelegramServer, user
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
 from tests.bots.test_telegram import eventually, private, replies_to, stored
 
 ALICE = user(101, "Alice", "alice")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bots.runtime import Runtime, build_runtime
-from core import default_plugin
+from core import plugin as default_plugin
 from core.config import Config
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.dispatcher import CRASH_REPLY
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.turn.dispatcher import CRASH_REPLY
 from tests.core.support import light_runtime
 
 

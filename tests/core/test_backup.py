@@ -7,12 +7,12 @@ import threading
 import time
 from pathlib import Path
 
-from core.data_cli import PG_BACKUP
-from core.database import SqliteDatabase
-from core.db import connect, open_copy
-from core.session_store import DatabaseSessionStore
-from core.store import NewMessage
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.cli.data import PG_BACKUP
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect, open_copy
+from core.storage.session_store import DatabaseSessionStore
+from core.storage.store import NewMessage
 from tests.conftest import run_mnemo, write_config
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.api import ContextSection
-from core.budget import SectionBudget, apply_budget, section_budget
 from core.config import Config
+from core.context.budget import SectionBudget, apply_budget, section_budget
 from tests.conftest import make_config
 
 

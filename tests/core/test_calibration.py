@@ -9,12 +9,12 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.calibration import estimator_for
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.model_profile import learn, load_profile
-from core.store import SessionStore
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.tokens import Calibration, overhead_tokens, request_chars, tools_counted
+from core.model.calibration import estimator_for
+from core.model.profile import learn, load_profile
+from core.model.tokens import Calibration, overhead_tokens, request_chars, tools_counted
+from core.storage.store import SessionStore
 from tests.core.support import light_runtime
 
 TRUE_RATIO = 3.8

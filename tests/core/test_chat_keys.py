@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from core.api import Chat
-from core.chat_keys import is_control_chat, resolve_chat
+from core.chat.keys import is_control_chat, resolve_chat
 from core.config import load_config
-from core.database import SqliteDatabase
-from core.db import connect
 from core.errors import ConfigError, InputError
-from core.session_store import DatabaseSessionStore
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 from core.text import whole_number
 
 

@@ -13,11 +13,20 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Extension, Inbound, TurnContext
-from core.compaction import AFTER_COMPACTION_SHARE, orphaned_tool_messages, split_for_compaction
+from core.bench.fakes.fake_openai import (
+    FakeOpenAIServer,
+    FakeReply,
+    ServerTraits,
+    echo_responder,
+    tool_call,
+)
 from core.config import Config
-from core.model_profile import effective_window, load_profile
-from core.store import StoredMessage
-from core.summary import (
+from core.context.compaction import (
+    AFTER_COMPACTION_SHARE,
+    orphaned_tool_messages,
+    split_for_compaction,
+)
+from core.context.summary import (
     SummaryBudget,
     continuation_request,
     fit_summary_request,
@@ -25,14 +34,9 @@ from core.summary import (
     summarise,
     usable_summary,
 )
-from core.testing.fake_openai import (
-    FakeOpenAIServer,
-    FakeReply,
-    ServerTraits,
-    echo_responder,
-    tool_call,
-)
-from core.tokens import TokenEstimator
+from core.model.profile import effective_window, load_profile
+from core.model.tokens import TokenEstimator
+from core.storage.store import StoredMessage
 from tests.conftest import make_config
 from tests.core.support import light_runtime
 
@@ -226,7 +230,7 @@ async def test_failed_summary_falls_back_to_recent_only_and_keeps_the_old_summar
     await _chat(runtime, "f", 8)
     set_summary(runtime, "old summary")
     fake_llm.add(bad_reply)
-    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+    with caplog.at_level(logging.WARNING, logger="core.context.compaction"):
         reply = await runtime.agent.handle(Inbound("terminal", "f", "/compact"))
     assert reply is not None and "Summarising failed" in reply.text
     assert "no usable summary" in caplog.text
@@ -480,7 +484,7 @@ async def test_a_failed_flush_holds_the_compaction_back_until_it_succeeds(
     runtime: Runtime, fake_llm: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     flush = _flush_runtime(runtime, fake_llm, failures=1)
-    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+    with caplog.at_level(logging.WARNING, logger="core.context.compaction"):
         turns = 0
         while not runtime.store.compactions(1):
             await runtime.agent.handle(Inbound("terminal", "f", f"turn {turns}: " + "v" * 1_200))
@@ -502,7 +506,7 @@ async def test_a_flush_that_keeps_failing_holds_back_at_most_three_times_then_wa
     runtime: Runtime, fake_llm: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     flush = _flush_runtime(runtime, fake_llm, failures=100)
-    with caplog.at_level(logging.WARNING, logger="core.compaction"):
+    with caplog.at_level(logging.WARNING, logger="core.context.compaction"):
         turns = 0
         while not runtime.store.compactions(1):
             await runtime.agent.handle(Inbound("terminal", "g", f"turn {turns}: " + "v" * 1_200))

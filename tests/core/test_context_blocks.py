@@ -11,10 +11,10 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import ContextSection, Extension, Inbound, TurnContext
-from core.cli import inspect_chat
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, tool_call
+from core.cli.runtime import inspect_chat
 from core.config import Config
-from core.context import RequestParts, render_dynamic, shown_lines, unseen_sections
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, tool_call
+from core.context.request import RequestParts, render_dynamic, shown_lines, unseen_sections
 from tests.conftest import make_config
 from tests.core.support import light_runtime
 

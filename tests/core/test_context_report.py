@@ -10,12 +10,12 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import ContextSection, Extension, Inbound, TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
-from core.context_report import context_report
-from core.db import connect
-from core.request_plan import pressure
-from core.testing.fake_openai import FakeOpenAIServer
-from core.tokens import REQUEST_OVERHEAD_TOKENS, TokenEstimator
+from core.context.plan import pressure
+from core.context.report import context_report
+from core.model.tokens import REQUEST_OVERHEAD_TOKENS, TokenEstimator
+from core.storage.db import connect
 from migrations import migrate
 from tests.conftest import REPO, run_mnemo, write_config
 from tests.core.support import light_runtime
@@ -114,9 +114,9 @@ def test_inspect_cli_json_and_unknown_chat(tmp_path: Path, fake_llm: FakeOpenAIS
     )
     conn = connect(tmp_path / "data" / "mnemo.db")
     try:
-        from core.database import SqliteDatabase
-        from core.session_store import DatabaseSessionStore
-        from core.store import NewMessage
+        from core.storage.database import SqliteDatabase
+        from core.storage.session_store import DatabaseSessionStore
+        from core.storage.store import NewMessage
 
         store = DatabaseSessionStore(SqliteDatabase(conn))
         chat = store.get_or_create_chat("telegram", "-100123:42", "group", "group")

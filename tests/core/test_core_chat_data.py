@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from bots.runtime import Runtime
-from core.chat_data import ARCHIVES, MESSAGES, SUMMARY, TOOL_RESULTS, CoreChatData, forget_chat
-from core.chat_files import chat_prefix
+from core.chat.data import ARCHIVES, MESSAGES, SUMMARY, TOOL_RESULTS, CoreChatData, forget_chat
+from core.chat.files import chat_prefix
 from core.config import Config
-from core.store import NewMessage
+from core.storage.store import NewMessage
 from tests.core.support import light_runtime
 
 

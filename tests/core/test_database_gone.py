@@ -12,10 +12,10 @@ import pytest
 
 from bots.app import run_platform
 from bots.runtime import build_runtime
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
-from core.db import connect, transaction
 from core.errors import DatabaseGone
-from core.testing.fake_openai import FakeOpenAIServer
+from core.storage.db import connect, transaction
 from tests.conftest import start_mnemo, write_config
 
 

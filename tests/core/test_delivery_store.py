@@ -20,15 +20,15 @@ import pytest
 
 from core.api import Inbound, Outbound
 from core.config import StorageConfig
-from core.database import SqliteDatabase
-from core.db import connect
-from core.delivery_store import DatabaseDeliveryStore
 from core.errors import LeaseLost
-from core.session_store import DatabaseSessionStore
-from core.storage import Storage, open_storage
-from core.store import DeliveryStore, NewMessage, SessionStore
-from core.stores import delivery_store, session_store
-from core.turn_lease import TurnLeases, owner_is_gone
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.delivery_store import DatabaseDeliveryStore
+from core.storage.engine import Storage, open_storage
+from core.storage.session_store import DatabaseSessionStore
+from core.storage.store import DeliveryStore, NewMessage, SessionStore
+from core.storage.stores import delivery_store, session_store
+from core.turn.lease import TurnLeases, owner_is_gone
 from migrations import migrate
 
 

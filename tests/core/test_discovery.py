@@ -7,15 +7,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
 from core.config import LLMConfig
-from core.database import SqliteDatabase
-from core.db import connect
-from core.discovery import discover, server_root
-from core.llm import OpenAILLM
-from core.model_profile import load_profile, window_for
-from core.probes import model_checks
-from core.session_store import DatabaseSessionStore
-from core.testing.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
+from core.model.client import OpenAILLM
+from core.model.discovery import discover, server_root
+from core.model.probes import model_checks
+from core.model.profile import load_profile, window_for
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 from tests.conftest import make_config
 from tests.core.support import light_runtime
 

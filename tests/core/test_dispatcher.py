@@ -13,19 +13,14 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core import default_plugin
+from core import plugin as default_plugin
 from core.api import Extension, Inbound, TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.config import Config
-from core.dispatcher import (
-    CRASH_REPLY,
-    FULL_REPLY,
-    NOT_STORED_FULL_REPLY,
-    Dispatcher,
-)
-from core.hooks import Host
-from core.testing.channels import RecordingChannel
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.turn.dispatcher import CRASH_REPLY, FULL_REPLY, NOT_STORED_FULL_REPLY, Dispatcher
+from core.turn.hooks import Host
 from tests.core.support import light_runtime, stored
+from tests.fakes.channels import RecordingChannel
 
 FAST_RETRIES = (0.01, 0.01, 0.01)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.api import ContextSection
-from core.context import fence_safe, render_dynamic, shown_lines, unseen_sections
+from core.context.request import fence_safe, render_dynamic, shown_lines, unseen_sections
 
 
 @pytest.mark.parametrize(

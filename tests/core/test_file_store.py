@@ -10,8 +10,8 @@ import pytest
 
 from core.config import StorageConfig
 from core.errors import InputError
-from core.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
-from core.storage import open_storage
+from core.storage.engine import open_storage
+from core.storage.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
 
 
 @pytest.fixture(params=["directory", "database"])

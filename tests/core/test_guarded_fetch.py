@@ -11,16 +11,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from core.bench.fakes.loopback import JsonHandler, LoopbackServer
 from core.config import FetchConfig
 from core.errors import FetchError, FetchRefused, FetchTimeout, FetchTooLarge
-from core.guarded_fetch import (
+from core.tools.guarded_fetch import (
     FetchPolicy,
     checked_address,
     guarded_fetch,
     pinned_request,
     refusal_reason,
 )
-from core.testing.loopback import JsonHandler, LoopbackServer
 
 MB = 1_000_000
 

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from core.testing.llama_server import (
+from core.bench.fakes.llama_server import (
     STRICT_SYSTEM_ERROR,
     PromptEval,
     parse_prompt_evals,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, OllamaTraits, ServerTraits
 from core.config import LLMConfig
 from core.errors import (
     ContextOverflow,
@@ -14,8 +15,7 @@ from core.errors import (
     TemplateRejected,
     ToolsUnsupported,
 )
-from core.llm import OpenAILLM, classify_error, stated_limit
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, OllamaTraits, ServerTraits
+from core.model.client import OpenAILLM, classify_error, stated_limit
 
 LLAMA_CPP_PYTHON = (
     "This model's maximum context length is 2048 tokens. However, you requested 2371 tokens "

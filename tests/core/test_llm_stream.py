@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, tool_call
 from core.config import LLMConfig
 from core.errors import ContextOverflow
-from core.llm import OpenAILLM
-from core.llm_stream import INTERRUPTED, ThinkFilter
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, tool_call
+from core.model.client import OpenAILLM
+from core.model.stream import INTERRUPTED, ThinkFilter
 
 ASK = [{"role": "user", "content": "hi"}]
 

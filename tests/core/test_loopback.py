@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import urllib.request
 
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 
 
 def test_five_fake_servers_start_serve_and_stop_within_a_second() -> None:

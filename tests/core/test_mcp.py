@@ -1,4 +1,4 @@
-"""MCP servers as tools, against a real `MCPServer` (core.testing.mcp_server) started as a
+"""MCP servers as tools, against a real `MCPServer` (core.bench.fakes.mcp_server) started as a
 subprocess over stdio and over streamable HTTP on 127.0.0.1, and the fake model server."""
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core import default_plugin
+from core import plugin as default_plugin
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, McpServerConfig, load_config
 from core.errors import ConfigError, ToolError
 from core.mcp import plugin as mcp_plugin
 from core.mcp.connection import McpServer
 from core.mcp.extension import McpExtension, probe, server_check
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 
 START_S = 60.0  # the test server imports the SDK; slow on a busy machine
-SERVER = [sys.executable, "-m", "core.testing.mcp_server"]
+SERVER = [sys.executable, "-m", "core.bench.fakes.mcp_server"]
 
 
 REPO = Path(__file__).resolve().parents[2]

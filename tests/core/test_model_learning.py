@@ -11,9 +11,9 @@ import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits
 from core.config import Config
-from core.model_profile import load_profile
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits
+from core.model.profile import load_profile
 from tests.conftest import make_config
 from tests.core.support import light_runtime
 

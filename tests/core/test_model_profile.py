@@ -6,9 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import LLMConfig
-from core.database import SqliteDatabase
-from core.db import connect
-from core.model_profile import (
+from core.model.profile import (
     DEFAULT_WINDOW,
     ModelProfile,
     effective_window,
@@ -22,7 +20,9 @@ from core.model_profile import (
     server_disagrees,
     tools_enabled,
 )
-from core.session_store import DatabaseSessionStore
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 
 
 def test_config_wins_then_learned_then_hosted_then_a_conservative_default() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from core.config import StorageConfig
 from core.errors import StorageError
-from core.pg_db import PgDatabase, redact_url
-from core.storage import open_storage
+from core.storage.engine import open_storage
+from core.storage.pg_db import PgDatabase, redact_url
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import math
 import psycopg
 import pytest
 
-from core.testing.postgres import PostgresServer, PostgresUnavailable, bin_dir, has_pgvector
+from core.bench.fakes.postgres import PostgresServer, PostgresUnavailable, bin_dir, has_pgvector
 
 DIMENSIONS = 384
 

@@ -11,10 +11,10 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Extension, Inbound, Tool, TurnContext
-from core.chat_files import chat_dir, chat_prefix, safe_path_part
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.chat.files import chat_dir, chat_prefix, safe_path_part
 from core.config import Config
-from core.pruning import protected_start, prune_request
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.context.pruning import protected_start, prune_request
 from tests.core.support import light_runtime
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bots.runtime import Runtime
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.text import cap_reply
 from tests.core.test_turn import inbound, stored
 

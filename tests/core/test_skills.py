@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from core.bench.fakes.loopback import JsonHandler, LoopbackServer
 from core.config import FetchConfig
 from core.errors import FetchRefused, SkillError
-from core.file_store import DirectoryFileStore, FileStore
-from core.guarded_fetch import FetchPolicy
 from core.skills.catalog import Skill, SkillCatalog, SkillLimits, SkillProblem, scope_dir
 from core.skills.extension import render_skills
 from core.skills.front_matter import split_front_matter
@@ -29,9 +28,10 @@ from core.skills.install import (
     install_bundle,
     remove_skill,
 )
-from core.storage import Storage
-from core.stores import file_store
-from core.testing.loopback import JsonHandler, LoopbackServer
+from core.storage.engine import Storage
+from core.storage.file_store import DirectoryFileStore, FileStore
+from core.storage.stores import file_store
+from core.tools.guarded_fetch import FetchPolicy
 
 
 def skill_md(name: str, description: str = "Does a thing.", body: str = "Do it well.") -> str:

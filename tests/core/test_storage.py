@@ -10,15 +10,15 @@ import pytest
 
 from core.api import Chat
 from core.config import StorageConfig
-from core.database import SqliteDatabase
-from core.db import connect
-from core.model_profile import ModelProfile
-from core.pg_db import PgDatabase
-from core.session_store import DatabaseSessionStore
-from core.storage import Storage, open_storage
-from core.store import CompactionRecord, NewMessage
-from core.stores import session_store
-from core.tokens import Calibration
+from core.model.profile import ModelProfile
+from core.model.tokens import Calibration
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.engine import Storage, open_storage
+from core.storage.pg_db import PgDatabase
+from core.storage.session_store import DatabaseSessionStore
+from core.storage.store import CompactionRecord, NewMessage
+from core.storage.stores import session_store
 from migrations import all_migrations, applied_names, migrate
 
 
@@ -222,7 +222,7 @@ def test_two_processes_see_each_others_writes(storage_url: str) -> None:
 
 
 def test_doctor_names_the_engine_and_its_vector_search(storage: Storage) -> None:
-    from core.doctor import vector_check
+    from core.cli.doctor import vector_check
 
     check = vector_check(storage)
     assert check.ok, check.line()

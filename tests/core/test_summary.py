@@ -8,9 +8,9 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.summary import HEADINGS, usable_summary, well_structured
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.context.summary import HEADINGS, usable_summary, well_structured
 from tests.core.support import light_runtime
 
 GOOD = (

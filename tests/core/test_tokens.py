@@ -11,17 +11,13 @@ import tiktoken
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.calibration import estimator_for
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.database import SqliteDatabase
-from core.db import connect
-from core.session_store import DatabaseSessionStore
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.tokens import (
-    TokenEstimator,
-    overhead_tokens,
-    request_chars,
-)
+from core.model.calibration import estimator_for
+from core.model.tokens import TokenEstimator, overhead_tokens, request_chars
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 from tests.core.support import light_runtime
 
 

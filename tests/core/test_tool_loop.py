@@ -11,11 +11,11 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Chat, Inbound, Tool, TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, McpServerConfig
 from core.mcp.extension import chat_allowed
 from core.mcp.schema import clean_schema, model_tool_name
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from core.tools import argument_problem, coerce_scalars
+from core.tools.registry import argument_problem, coerce_scalars
 from tests.core.support import light_runtime
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.llm import ToolCall
-from core.loop_guard import RepeatGuard, call_key
-from core.tool_text import strip_tool_text
+from core.model.client import ToolCall
+from core.tools.text_calls import strip_tool_text
+from core.turn.loop_guard import RepeatGuard, call_key
 
 
 @pytest.mark.parametrize(

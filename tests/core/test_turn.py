@@ -7,7 +7,7 @@ from typing import Any
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 
 
 def inbound(text: str, chat_id: str = "alice", **kwargs: Any) -> Inbound:

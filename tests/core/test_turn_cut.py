@@ -8,9 +8,9 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
-from core.turn import CONTINUE_REQUEST, CUT_MARKER, join_parts
+from core.turn.agent import CONTINUE_REQUEST, CUT_MARKER, join_parts
 from tests.core.support import light_runtime, stored
 
 

@@ -10,12 +10,12 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config
-from core.dispatcher import Dispatcher
-from core.testing.channels import StreamingRecordingChannel
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from core.turn import STREAM_CUT_MARKER
+from core.turn.agent import STREAM_CUT_MARKER
+from core.turn.dispatcher import Dispatcher
 from tests.core.support import light_runtime, stored
+from tests.fakes.channels import StreamingRecordingChannel
 
 
 def said(text: str) -> Inbound:

@@ -10,9 +10,9 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from core.turn import NO_ANSWER
+from core.turn.agent import NO_ANSWER
 from tests.core.support import light_runtime, stored
 
 

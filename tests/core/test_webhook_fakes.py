@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import httpx
 
+from core.bench.fakes.fake_telegram import FakeTelegramServer, user
+from core.bench.fakes.round_robin_proxy import RoundRobinProxy
 from core.bench.fleet import free_port
-from core.testing.fake_telegram import FakeTelegramServer, user
-from core.testing.round_robin_proxy import RoundRobinProxy
 
 
 def call(tg: FakeTelegramServer, method: str, **params: object) -> httpx.Response:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from core.config import ENV_OVERRIDES, load_config
-from core.dispatcher import SHUTDOWN_GRACE_S
+from core.turn.dispatcher import SHUTDOWN_GRACE_S
 from tests.conftest import REPO
 
 UNITS = ("mnemo.service", "mnemo-reflector.service")

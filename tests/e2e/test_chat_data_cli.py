@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bots.runtime import build_runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from memory.stores import file_memory, strategy_store
 from tests.conftest import make_config, run_mnemo, write_config
 

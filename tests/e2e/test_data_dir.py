@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from tests.conftest import run_mnemo, write_config
 
 COMMANDS = [

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from bots.runtime import Runtime, build_runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
-from core.pg_db import PgDatabase
-from core.testing.fake_openai import FakeOpenAIServer
+from core.storage.pg_db import PgDatabase
 from memory.extension import MemoryExtension
 from tests.conftest import make_config, run_mnemo, write_config
 

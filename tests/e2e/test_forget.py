@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 
 from bots.runtime import Runtime
 from core.api import Chat, Inbound
-from core.builtins import CoreExtension
-from core.chat_files import chat_dir
-from core.database import SqliteDatabase
-from core.db import Connection
-from core.summary import SUMMARY_MARKER
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
-from core.tool_results import keep_tool_result
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.chat.files import chat_dir
+from core.context.summary import SUMMARY_MARKER
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
+from core.tools.results import keep_tool_result
+from core.turn.builtins import CoreExtension
 from memory.extension import MemoryExtension
 from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.extension import ReflectorExtension

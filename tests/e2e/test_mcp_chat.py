@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from tests.conftest import MNEMO, mnemo_env, write_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ START_S = 90.0
 def server_table() -> str:
     return (
         f'[[mcp.servers]]\nname = "t"\ncommand = "{sys.executable}"\n'
-        'args = ["-m", "core.testing.mcp_server", "stdio"]\n'
+        'args = ["-m", "core.bench.fakes.mcp_server", "stdio"]\n'
         f'env = {{ PYTHONPATH = "{REPO}" }}\nchats = ["terminal:*"]\n'
     )
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core import default_plugin
+from core import plugin as default_plugin
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config
 from core.skills import plugin as skills_plugin
 from core.skills.catalog import SkillLimits, scope_dir
 from core.skills.install import bundle_from_zip, install_bundle
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from tests.conftest import make_config, run_mnemo, write_config
 from tests.core.test_skills import skill_md, zip_of
 

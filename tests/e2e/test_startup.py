@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from memory.embeddings import Embedder
 from tests.conftest import MNEMO, mnemo_env, write_config
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bots.runtime import build_runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from tests.conftest import make_config, run_mnemo, write_config
 from tests.e2e.test_chat_data_cli import prepare
 

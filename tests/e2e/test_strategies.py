@@ -8,7 +8,7 @@ from typing import Any
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from memory.strategies.lifecycle import PROMOTED, SHADOW
 from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.extension import ReflectorExtension

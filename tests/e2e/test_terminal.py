@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import StorageConfig
-from core.storage import open_storage
-from core.stores import session_store
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.storage.engine import open_storage
+from core.storage.stores import session_store
 from tests.conftest import run_mnemo, write_config
 
 

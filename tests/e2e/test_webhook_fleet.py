@@ -23,7 +23,7 @@ def reflector_runs(storage_url: str) -> tuple[int, list[str]]:
     """How many reflector runs there were, and the chats whose runs overlap in time (two
     workers on one chat at once)."""
     from core.config import StorageConfig
-    from core.storage import open_storage
+    from core.storage.engine import open_storage
     from reflector.stores import run_store
 
     storage = open_storage(StorageConfig(url=storage_url), migrate=False)

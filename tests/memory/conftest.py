@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from core.db import connect
-from core.pg_db import PgDatabase
-from core.storage import Storage, postgres_storage, sqlite_storage
-from core.stores import session_store
+from core.storage.db import connect
+from core.storage.engine import Storage, postgres_storage, sqlite_storage
+from core.storage.pg_db import PgDatabase
+from core.storage.stores import session_store
 from memory.embeddings import Embedder
 from memory.store import MemoryStore
 from memory.stores import memory_store

@@ -9,7 +9,7 @@ import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from memory.extension import MemoryExtension
 from memory.injection import MORE_HINT, memory_cost, select_within_budget
 from memory.retrieval import RankedMemory

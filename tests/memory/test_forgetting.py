@@ -10,11 +10,11 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.database import SqliteDatabase
-from core.db import connect
-from core.llm import OpenAILLM
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.model.client import OpenAILLM
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
 from memory.embeddings import Embedder
 from memory.forgetting import (
     fact_terms,

@@ -17,9 +17,9 @@ from bots.discord_bot import DiscordChannel
 from bots.runtime import Runtime, build_runtime
 from bots.telegram import TelegramChannel
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
 from core.config import Config
-from core.testing.fake_openai import FakeOpenAIServer
-from core.testing.fake_telegram import BOT_USERNAME, FakeTelegramServer, user
 from tests.conftest import make_config
 from tests.memory.test_extension import memory_ext, system_text
 

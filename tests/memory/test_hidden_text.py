@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bots.runtime import Runtime
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from memory.hidden_text import judged_text, visible_text
 from memory.quality import INSTRUCTION, SECRET, check_fact
 from tests.memory.test_extension import chat_id_of, inbound, memory_ext, system_text

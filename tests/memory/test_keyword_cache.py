@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import Connection
-from core.session_store import DatabaseSessionStore
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
+from core.storage.session_store import DatabaseSessionStore
 from memory import keyword_cache, pg_index, posting_lists, sqlite_index
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists
 from memory.posting_lists import PostingLists, memory_stems, query_terms

@@ -8,7 +8,7 @@ from typing import Any
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, tool_call
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from memory.store import NoteChange
 from tests.memory.conftest import Engine
 from tests.memory.test_extension import chat_id_of, memory_ext, system_text

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.database import SqliteDatabase
-from core.db import Connection
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
 from memory.embeddings import Embedder
 from memory.keeper import MemoryKeeper
 from memory.memory_store import DatabaseMemoryStore

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import connect
-from core.session_store import DatabaseSessionStore
-from core.storage import sqlite_storage
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.engine import sqlite_storage
+from core.storage.session_store import DatabaseSessionStore
 from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
 from memory.memory_store import DatabaseMemoryStore

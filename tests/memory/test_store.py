@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import Connection, connect
 from core.errors import InputError
-from core.session_store import DatabaseSessionStore
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection, connect
+from core.storage.session_store import DatabaseSessionStore
 from memory import sqlite_index
 from memory.embeddings import Embedder
 from memory.memory_store import DatabaseMemoryStore

@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import Connection
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
 from memory import vector_cache
 from memory.memory_store import DatabaseMemoryStore
 from memory.vector_cache import ChatVectors, chat_vectors

@@ -7,10 +7,10 @@ import logging
 import numpy as np
 import pytest
 
-from core.database import SqliteDatabase
-from core.db import Connection
-from core.session_store import DatabaseSessionStore
-from core.storage import postgres_storage
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
+from core.storage.engine import postgres_storage
+from core.storage.session_store import DatabaseSessionStore
 from memory import pg_index, sqlite_index
 from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import effective_mode, rank_memories

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core.config import Config
-from core.testing.llama_server import (
+from core.bench.fakes.llama_server import (
     MODEL_ALIAS,
     LlamaServer,
     RealServerUnavailable,
@@ -25,6 +24,7 @@ from core.testing.llama_server import (
     smollm2_gguf,
     strict_template_gguf,
 )
+from core.config import Config
 from tests.conftest import make_config
 
 N_CTX = 2048

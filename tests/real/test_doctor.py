@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.testing.llama_server import LlamaServer
+from core.bench.fakes.llama_server import LlamaServer
 from tests.conftest import run_mnemo
 from tests.real.conftest import write_real_config
 

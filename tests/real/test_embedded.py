@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.config import EmbeddedConfig
-from core.embedded_model import DEFAULT_ALIAS, embedded_missing
+from core.model.embedded import DEFAULT_ALIAS, embedded_missing
 from tests.conftest import run_mnemo
 
 pytestmark = pytest.mark.real

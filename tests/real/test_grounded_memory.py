@@ -18,7 +18,7 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.testing.llama_server import LlamaServer
+from core.bench.fakes.llama_server import LlamaServer
 from memory.stores import memory_store
 from reflector.extension import ReflectorExtension
 from reflector.grounding import Grounding

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.bench.fakes.llama_server import MODEL_ALIAS, STRICT_SYSTEM_ERROR, LlamaServer
 from core.errors import TemplateRejected
-from core.llm import OpenAILLM
-from core.testing.llama_server import MODEL_ALIAS, STRICT_SYSTEM_ERROR, LlamaServer
+from core.model.client import OpenAILLM
 from tests.real.conftest import real_config
 
 pytestmark = pytest.mark.real

@@ -8,9 +8,9 @@ import pytest
 
 from bots.runtime import Runtime
 from core.api import Inbound
+from core.bench.fakes.llama_server import MODEL_ALIAS, LlamaServer
 from core.bench.kv import user_message
-from core.model_profile import load_profile
-from core.testing.llama_server import MODEL_ALIAS, LlamaServer
+from core.model.profile import load_profile
 from tests.real.conftest import N_CTX, RuntimeFactory
 
 pytestmark = pytest.mark.real

@@ -1,5 +1,5 @@
 """A real model (SmolLM2 on `chatml-function-calling`) calls a real MCP server's tool end to
-end: the server (`core.testing.mcp_server`) runs over stdio, its tools reach the model as
+end: the server (`core.bench.fakes.mcp_server`) runs over stdio, its tools reach the model as
 `t__<tool>`, and the call's result comes back in the history."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.api import Inbound
+from core.bench.fakes.llama_server import LlamaServer
 from core.config import McpServerConfig
 from core.mcp.extension import McpExtension
-from core.testing.llama_server import LlamaServer
 from tests.real.conftest import RuntimeFactory
 
 pytestmark = pytest.mark.real
@@ -33,7 +33,7 @@ async def test_a_real_model_calls_an_mcp_tool_over_stdio(
     server = McpServerConfig(
         name="t",
         command=sys.executable,
-        args=["-m", "core.testing.mcp_server", "stdio"],
+        args=["-m", "core.bench.fakes.mcp_server", "stdio"],
         env={"PYTHONPATH": str(REPO)},
         chats=["terminal:*"],
     )

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from core.api import Inbound
-from core.database import SqliteDatabase
-from core.db import connect
-from core.session_store import DatabaseSessionStore
-from core.testing.llama_server import LlamaServer
+from core.bench.fakes.llama_server import LlamaServer
+from core.storage.database import SqliteDatabase
+from core.storage.db import connect
+from core.storage.session_store import DatabaseSessionStore
 from reflector.state_store import DatabaseCursorStore, DatabaseRunStore
 from tests.conftest import run_mnemo
 from tests.real.conftest import RuntimeFactory, write_real_config

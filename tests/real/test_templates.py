@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from core.api import Inbound
-from core.model_profile import load_profile
-from core.testing.llama_server import MODEL_ALIAS, LlamaServer
+from core.bench.fakes.llama_server import MODEL_ALIAS, LlamaServer
+from core.model.profile import load_profile
 from tests.real.conftest import RuntimeFactory
 
 pytestmark = pytest.mark.real

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from core.api import Inbound
-from core.testing.llama_server import LlamaServer
+from core.bench.fakes.llama_server import LlamaServer
 from tests.real.conftest import RuntimeFactory
 
 pytestmark = pytest.mark.real

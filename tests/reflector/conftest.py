@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from core.config import Config
-from core.llm import OpenAILLM
-from core.storage import Storage, open_storage
+from core.model.client import OpenAILLM
+from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder
 from memory.stores import memory_store
 from reflector.contributors import PassContributor

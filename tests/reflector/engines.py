@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from core.storage import Storage
+from core.storage.engine import Storage
 
 
 def query(storage: Storage, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from core.model_profile import Window
-from core.store import StoredMessage
-from core.tokens import TokenEstimator
+from core.model.profile import Window
+from core.model.tokens import TokenEstimator
+from core.storage.store import StoredMessage
 from reflector.batching import (
     Budget,
     Shape,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import StorageConfig
-from core.storage import Storage, open_storage
-from core.store import NewMessage
-from core.stores import session_store
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.engine import Storage, open_storage
+from core.storage.store import NewMessage
+from core.storage.stores import session_store
 from tests.conftest import run_mnemo, start_mnemo, write_config
 from tests.reflector.engines import query
 

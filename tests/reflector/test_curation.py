@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.database import SqliteDatabase
-from core.db import Connection
-from core.session_store import DatabaseSessionStore
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.database import SqliteDatabase
+from core.storage.db import Connection
+from core.storage.session_store import DatabaseSessionStore
 from memory.strategies.lifecycle import ARCHIVED, PROMOTED, SHADOW
 from memory.strategies.strategy_store import DatabaseStrategyStore
 from reflector.curation import apply_operations, existing_block, parse_operations

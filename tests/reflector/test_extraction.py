@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.store import StoredMessage
+from core.storage.store import StoredMessage
 from reflector.extraction import (
     MAX_CANDIDATES,
     MESSAGE_MAX_CHARS,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, prompt_tokens_of
 from core.config import Config
-from core.model_profile import load_profile
-from core.store import NewMessage
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, ServerTraits, prompt_tokens_of
+from core.model.profile import load_profile
+from core.storage.store import NewMessage
 from reflector.reflection import Reflector
 
 MODEL = "llama3.2"  # the default [llm] model: not a hosted model, so its window is unknown

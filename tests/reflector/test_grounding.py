@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from core.api import TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.events import Inbound
-from core.storage import Storage
-from core.store import StoredMessage
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.engine import Storage
+from core.storage.store import StoredMessage
 from reflector.extension import ReflectorExtension
 from reflector.grounding import Grounding, stem
 from reflector.reflection import Reflector

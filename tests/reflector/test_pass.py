@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config, StorageConfig
-from core.storage import Storage, open_storage
-from core.store import NewMessage
-from core.stores import session_store
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.engine import Storage, open_storage
+from core.storage.store import NewMessage
+from core.storage.stores import session_store
 from memory import pg_index, sqlite_index
 from memory.embeddings import Embedder
 from memory.stores import memory_store

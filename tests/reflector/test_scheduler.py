@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from bots.runtime import Runtime
 from core.api import Inbound, TurnContext
-from core.storage import Storage
-from core.store import NewMessage
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.storage.engine import Storage
+from core.storage.store import NewMessage
 from reflector.extension import ReflectorExtension
 from reflector.reflection import Reflector
 from reflector.scheduler import ReflectorService

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.config import StorageConfig
-from core.db import connect
-from core.pg_db import PgDatabase
-from core.storage import Storage, open_storage, postgres_storage, sqlite_storage
+from core.storage.db import connect
+from core.storage.engine import Storage, open_storage, postgres_storage, sqlite_storage
+from core.storage.pg_db import PgDatabase
 from migrations import migrate
 from reflector.store import ChatRun, Lease
 from reflector.stores import cursor_store, lease_store, run_store

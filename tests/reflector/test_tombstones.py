@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
-from core.storage import Storage
-from core.testing.fake_openai import FakeOpenAIServer
+from core.storage.engine import Storage
 from memory.embeddings import Embedder
 from memory.keeper import Access, MemoryKeeper
 from tests.reflector.conftest import Reflectors

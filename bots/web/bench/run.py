@@ -69,7 +69,7 @@ async def run_bench(
     messages: int, memories: int, chats: int, repeat: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     from bots.web.app import build_app
-    from core.testing.fake_openai import FakeOpenAIServer
+    from core.bench.fakes.fake_openai import FakeOpenAIServer
 
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-web-") as tmp, FakeOpenAIServer() as fake:
         parts = await _bot(Path(tmp), fake.base_url)
@@ -106,13 +106,13 @@ class _Parts:
 async def _bot(tmp: Path, base_url: str) -> _Parts:
     """Every plugin's extension on a fresh database, as `mnemo run` builds them."""
     from bots.web.extension import WebExtension
-    from core import default_plugin
-    from core.assembly import build_agent
+    from core import plugin as default_plugin
     from core.bench.support import bench_config
-    from core.hooks import Host
-    from core.llm import OpenAILLM
-    from core.storage import open_storage
-    from core.stores import session_store
+    from core.model.client import OpenAILLM
+    from core.storage.engine import open_storage
+    from core.storage.stores import session_store
+    from core.turn.assembly import build_agent
+    from core.turn.hooks import Host
     from memory import plugin as memory_plugin
     from memory.strategies import plugin as strategies_plugin
     from reflector import plugin as reflector_plugin
@@ -141,7 +141,7 @@ def _seed(
     parts: _Parts, messages: int, memories: int, chats: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     from bots.web.bench import seed_store
-    from core.store import CompactionRecord
+    from core.storage.store import CompactionRecord
     from memory.strategies.strategy_store import DatabaseStrategyStore
 
     rng, now = random.Random(18), datetime.now(UTC)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.database import Database
+from core.storage.database import Database
 
 MessageRow = tuple[int, str, str, str, str, int]  # chat, role, sender, content, at, tokens
 UsageRow = tuple[int, str, str, int, int, int, str]  # chat, kind, model, in, out, ms, at

@@ -19,8 +19,8 @@ from bots.web.app import build_app
 from bots.web.extension import WebExtension
 from core.api import Chat, Inbound
 from core.config import Config
-from core.database import PostgresDatabase, SqliteDatabase
-from core.storage import Storage
+from core.storage.database import PostgresDatabase, SqliteDatabase
+from core.storage.engine import Storage
 from memory.extension import MemoryExtension
 from memory.keeper import MemoryKeeper
 

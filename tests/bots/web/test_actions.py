@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bots.web.dashboard import FORGOTTEN_BY, OPERATOR
-from core.testing.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from memory.files import MAX_WRITE_CHARS
 from memory.keeper import FactRefused
 from memory.store import NoteChange
@@ -18,7 +18,8 @@ pytestmark = ON_BOTH_ENGINES
 
 def newest_block(fake_llm: FakeOpenAIServer) -> str:
     """The dynamic-context block sent just before the newest user message: the lines no
-    block in the history shows yet (an older block keeps what it showed, see core.context)."""
+    block in the history shows yet (an older block keeps what it showed,
+    see core.context.request)."""
     messages = fake_llm.requests[-1]["messages"]
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
     before = messages[last_user - 1]

@@ -23,7 +23,7 @@ import pytest
 
 from bots.runtime import Runtime
 from bots.web.extension import WebExtension
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from reflector.extension import ReflectorExtension
 from tests.bots.web.conftest import say
 from tests.bots.web.test_actions import newest_block

@@ -18,8 +18,8 @@ from bots.web.app import build_app
 from bots.web.door import FREE_FAILURES, LoginThrottle, allowed_hosts, host_name
 from bots.web.extension import WebExtension
 from bots.web.service import WebService
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
-from core.testing.fake_openai import FakeOpenAIServer
 from tests.bots.web.conftest import TOKEN
 from tests.conftest import MNEMO, mnemo_env, write_config
 

@@ -8,8 +8,8 @@ import re
 from typing import Any
 
 from core.api import Inbound
-from core.summary import SUMMARY_MARKER
-from core.testing.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.context.summary import SUMMARY_MARKER
 from memory.stores import strategy_store
 from reflector.extension import ReflectorExtension
 from reflector.store import ChatRun

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from bots.web.dashboard_store import DatabaseDashboardStore
 from core.api import Chat, Inbound
-from core.storage import Storage
-from core.store import CompactionRecord, NewMessage
-from core.stores import delivery_store, session_store
+from core.storage.engine import Storage
+from core.storage.store import CompactionRecord, NewMessage
+from core.storage.stores import delivery_store, session_store
 from memory.stores import memory_store
 from reflector.store import ChatRun
 from reflector.stores import run_store

@@ -1,0 +1,1 @@
+"""The channels' benchmarks (`mnemo bench stream`)."""

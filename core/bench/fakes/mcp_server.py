@@ -1,0 +1,86 @@
+"""A small real MCP server for tests and benchmarks, on the SDK's own `MCPServer`.
+
+Run it as `python -m core.bench.fakes.mcp_server stdio` or `... http PORT` (streamable HTTP on
+127.0.0.1:PORT/mcp). Its tools cover what the client must survive: a plain call, a slow
+call, a hang, a crash mid-call, a 10 MB result, a schema with `$ref`s and formats a strict
+model server rejects, and a tool that appears at run time (`tools/list_changed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel, Field
+
+server = MCPServer("mnemo-test")
+
+
+class Place(BaseModel):
+    """Where: a page and a pointer into it."""
+
+    url: str = Field(json_schema_extra={"format": "uri"})
+    line: int = 0
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@server.tool()
+async def work(ms: int) -> str:
+    """Sleep `ms` milliseconds (the tool's own work), then say when it started and ended."""
+    started = time.monotonic()
+    await asyncio.sleep(ms / 1000)
+    return f"{started:.6f} {time.monotonic():.6f}"
+
+
+@server.tool()
+async def hang() -> str:
+    """Never return."""
+    await asyncio.sleep(3600)
+    return "late"
+
+
+@server.tool()
+def crash() -> str:
+    """Kill the server process mid-call."""
+    os._exit(3)
+
+
+@server.tool()
+def big(chars: int) -> str:
+    """A result of `chars` characters."""
+    return "x" * (chars - 3) + "end"
+
+
+@server.tool()
+def open_page(place: Place, note: str | None = None) -> str:
+    """A tool whose schema carries a `$ref` into `$defs` and a `format: uri`."""
+    return f"opened {place.url} at line {place.line}{' ' + note if note else ''}"
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `late_tool` and tell the client the tool list changed."""
+    if "late_tool" not in {tool.name for tool in await server.list_tools()}:
+        server.add_tool(lambda: "late result", name="late_tool", description="Added late.")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+def main() -> None:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+    if mode == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""What a chat's next request looks like: `/context` and `mnemo inspect CHAT [--json]`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from core.api import Chat, ContextSection
+from core.context.budget import SectionMeta
+from core.context.plan import RequestPlanner
+from core.model.profile import load_profile, model_label, server_disagrees
+from core.model.tokens import request_chars
+
+
+@dataclass(frozen=True)
+class ContextReport:
+    chat: str
+    model: str
+    context_window: int
+    window_source: str
+    window_warning: str
+    effective_window: int
+    prefix_chars: int
+    prefix_tokens: int
+    summary_tokens: int
+    history_messages: int
+    history_tokens: int
+    dynamic_tokens: int
+    newest_tokens: int
+    tool_count: int  # tools offered with the request
+    tools_tokens: int  # their schemas (0 when the server's template drops them)
+    tools_dropped: bool  # the template leaves the schemas out of the prompt
+    framing_tokens: int  # the rest of the total: the answer's header, rounding, pruning
+    sections: list[SectionMeta]
+    total_tokens: int
+    pressure: str
+    would_prune: bool
+    compactions: int
+    tokens_saved: int
+    chars_per_token: float
+    calibration_samples: int
+    last_observed_ratio: float | None
+
+    @property
+    def share(self) -> float:
+        return self.total_tokens / self.effective_window
+
+    def parts(self) -> dict[str, int]:
+        """Every part of `total_tokens`, by name; they sum to it exactly."""
+        return {
+            "static prefix": self.prefix_tokens,
+            "summary": self.summary_tokens,
+            "history": self.history_tokens,
+            "dynamic context": self.dynamic_tokens,
+            "newest message": self.newest_tokens,
+            "tool schemas": self.tools_tokens,
+            "framing": self.framing_tokens,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["share"] = round(self.share, 4)
+        return data
+
+    def render(self) -> str:
+        lines = [
+            f"Context of {self.chat} (model {self.model})",
+            f"static prefix: {self.prefix_chars} chars, ~{self.prefix_tokens} tokens",
+            f"summary: ~{self.summary_tokens} tokens",
+            f"history: {self.history_messages} messages, ~{self.history_tokens} tokens"
+            f" (+ newest ~{self.newest_tokens})",
+            f"dynamic context: ~{self.dynamic_tokens} tokens in {len(self.sections)} sections",
+        ]
+        for meta in self.sections:
+            flags = ", ".join(
+                flag
+                for flag, on in (
+                    ("protected", meta.protected),
+                    ("truncated", meta.truncated),
+                    ("dropped", not meta.included),
+                )
+                if on
+            )
+            lines.append(
+                f"  - {meta.key} ({meta.source}, priority {meta.priority}):"
+                f" {meta.final_chars}/{meta.original_chars} chars{f', {flags}' if flags else ''}"
+            )
+        tools = f"tool schemas: {self.tool_count} tools, ~{self.tools_tokens} tokens"
+        if self.tools_dropped:
+            tools = f"tool schemas: {self.tool_count} tools, dropped by the server's template (0)"
+        pruned = ", minus pruned tool results" if self.would_prune else ""
+        lines += [
+            tools,
+            f"framing: ~{self.framing_tokens} tokens (the answer's turn header, rounding{pruned})",
+            f"total: ~{self.total_tokens} of {self.effective_window} tokens"
+            f" ({self.share:.0%}, window {self.context_window} from {self.window_source},"
+            " minus the answer's reserve),"
+            f" pressure {self.pressure}{', old tool results pruned' if self.would_prune else ''}",
+            f"compactions: {self.compactions}, tokens saved: {self.tokens_saved}",
+            f"calibration: {self.chars_per_token:.2f} chars/token after"
+            f" {self.calibration_samples} samples"
+            + (
+                f" (last observed {self.last_observed_ratio:.2f})"
+                if self.last_observed_ratio
+                else ""
+            ),
+        ]
+        if self.window_warning:
+            lines.append(f"warning: {self.window_warning}")
+        return "\n".join(lines)
+
+
+def context_report(
+    planner: RequestPlanner, chat: Chat, sections: Sequence[ContextSection]
+) -> ContextReport:
+    """Plan the chat's next request (without the model) and describe it."""
+    store = planner.store
+    plan = planner.plan(chat, sections, tools=True)
+    history = store.history(chat.id)
+    calibration = store.load_calibration(planner.model)
+    compactions, saved = store.compaction_totals(chat.id)
+    prefix = plan.messages[0]["content"]
+    window = planner.window()
+    profile = load_profile(store, planner.model)
+    schemas = plan.estimator.chars(request_chars([], plan.tools)) if plan.tools else 0
+    tools_tokens = schemas if plan.tools_in_prompt else 0
+    return ContextReport(
+        chat=chat.key,
+        model=model_label(profile),
+        context_window=window.tokens,
+        window_source=window.source,
+        window_warning=server_disagrees(planner.config.llm, profile),
+        effective_window=plan.window,
+        prefix_chars=len(prefix),
+        prefix_tokens=plan.parts["prefix"],
+        summary_tokens=plan.parts["summary"],
+        history_messages=len(history),
+        history_tokens=plan.parts["history"],
+        dynamic_tokens=plan.parts["dynamic"],
+        newest_tokens=plan.parts["newest"],
+        tool_count=len(plan.tools or []),
+        tools_tokens=tools_tokens,
+        tools_dropped=bool(plan.tools) and not plan.tools_in_prompt,
+        framing_tokens=plan.tokens - sum(plan.parts.values()) - tools_tokens,
+        sections=plan.sections,
+        total_tokens=plan.tokens,
+        pressure=plan.pressure,
+        would_prune=plan.prune.pruned,
+        compactions=max(compactions, store.session(chat.id).compaction_count),
+        tokens_saved=saved,
+        chars_per_token=plan.estimator.chars_per_token,
+        calibration_samples=calibration.samples if calibration else 0,
+        last_observed_ratio=calibration.last_ratio if calibration else None,
+    )

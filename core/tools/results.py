@@ -1,0 +1,95 @@
+"""Big tool results: stored in full as the chat's files (`core.storage.file_store`),
+excerpted in history.
+
+The excerpt names the file, and the `read_tool_result` tool lets the model read it back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from core.api import Chat, Tool, TurnContext
+from core.chat.files import TOOL_RESULTS_DIR, chat_prefix, safe_path_part
+from core.clock import utc_now
+from core.config import Config
+from core.errors import InputError, StorageError, ToolError
+from core.storage.file_store import FileStore, clean_path
+from core.text import clip_middle
+
+logger = logging.getLogger(__name__)
+
+READ_TOOL_NAME = "read_tool_result"
+DEFAULT_READ_CHARS = 4_000
+
+
+def excerpt_chars(config: Config) -> int:
+    """How much of a stored big result stays in history (head and tail)."""
+    return max(400, config.context.tool_result_max_chars // 4)
+
+
+def keep_tool_result(
+    config: Config, files: FileStore, chat: Chat, call_id: str, name: str, result: str
+) -> str:
+    """`result` itself when small; else store it as a file and return an excerpt naming it."""
+    if len(result) <= config.context.tool_result_max_chars or name == READ_TOOL_NAME:
+        return result
+    stamp = utc_now().strftime("%Y%m%dT%H%M%S%f")
+    relative = f"{TOOL_RESULTS_DIR}/{stamp}-{safe_path_part(name)}-{safe_path_part(call_id)}.txt"
+    path = f"{chat_prefix(chat)}/{relative}"
+    try:
+        files.write_text(path, result)
+    except (OSError, StorageError):
+        logger.exception("could not store a %d-char result of %s at %s", len(result), name, path)
+        note = f"[tool result of {len(result)} chars, excerpted; storing it in full failed]"
+        return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
+    note = (
+        f"[tool result of {len(result)} chars stored in full at {relative}; "
+        f"read more with {READ_TOOL_NAME}(path, offset)]"
+    )
+    return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
+
+
+def read_stored_result(config: Config, files: FileStore, chat: Chat, args: dict[str, Any]) -> str:
+    """Part of a stored tool result of this chat (`path`, `offset`, `length`)."""
+    relative = str(args.get("path") or "").strip()
+    try:
+        offset = max(0, int(args.get("offset") or 0))
+        length = int(args.get("length") or DEFAULT_READ_CHARS)
+    except (TypeError, ValueError) as exc:
+        raise ToolError("offset and length must be integers") from exc
+    length = max(1, min(length, config.context.tool_result_max_chars - 200))
+    try:
+        inside = clean_path(relative).startswith(f"{TOOL_RESULTS_DIR}/")
+    except InputError:
+        inside = False
+    if not inside:
+        raise ToolError(f"path must be a file under {TOOL_RESULTS_DIR}/ as named in the excerpt")
+    text = files.read_text(f"{chat_prefix(chat)}/{clean_path(relative)}")
+    if text is None:
+        raise ToolError(f"no stored tool result at {relative}")
+    chunk = text[offset : offset + length]
+    return f"[{relative}: chars {offset}-{offset + len(chunk)} of {len(text)}]\n{chunk}"
+
+
+def read_tool(config: Config, files: FileStore) -> Tool:
+    """The `read_tool_result` tool for the chats of this config."""
+
+    async def read_tool_result(turn: TurnContext, args: dict[str, Any]) -> str:
+        return read_stored_result(config, files, turn.chat, args)
+
+    return Tool(
+        READ_TOOL_NAME,
+        "Read part of a large earlier tool result that was stored as a file "
+        "(the excerpt in the conversation names its path).",
+        read_tool_result,
+        {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the path named in the excerpt"},
+                "offset": {"type": "integer", "description": "first character to read (0)"},
+                "length": {"type": "integer", "description": "characters to read (4000)"},
+            },
+            "required": ["path"],
+        },
+    )

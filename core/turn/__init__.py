@@ -1,0 +1,2 @@
+"""The turn: a message's way from the dispatcher through the tool loop to the reply,
+and the extensions and hooks that plug into it."""

@@ -1,0 +1,1 @@
+"""Fakes only the tests use (the benchmarks' servers are in `core.bench.fakes`)."""
