@@ -212,10 +212,14 @@ class OpenAILLM:
         params["stream"] = True
         if name not in self.no_usage_option:
             params["stream_options"] = {"include_usage": True}
+        attempt = 0
         while name not in self.unstreamed:
             try:
                 streamed = await self._read_stream(params, on_text)
             except StreamRefused as refused:
+                if refused.busy is not None:  # retried as `complete` retries it, then raised
+                    attempt = await self._retry_or_raise(refused.busy, attempt)
+                    continue
                 whole = refused.completion is not None
                 if refused.remember and not whole and params.pop("stream_options", None):
                     self.no_usage_option.add(name)  # some servers refuse only that option
@@ -235,6 +239,14 @@ class OpenAILLM:
             return streamed
         completion = await self.complete(messages, tools, model=model, max_tokens=max_tokens)
         return await _shown(completion, on_text)
+
+    async def _retry_or_raise(self, error: LLMError, attempt: int) -> int:
+        """The next attempt's number after a busy server's answer, or `error` when spent."""
+        if attempt >= self.config.max_retries:
+            self.failed += 1
+            raise error
+        await asyncio.sleep(backoff_s(attempt))
+        return attempt + 1
 
     async def _read_stream(self, params: dict[str, Any], on_text: TextSink) -> Completion:
         """One streamed request; `StreamRefused` when it should be asked whole instead."""
@@ -447,10 +459,18 @@ def _count(value: Any) -> int | None:
 class StreamRefused(LLMError):  # noqa: N818 - an internal signal, never leaves this module
     """A streamed request the server would not (or could not) stream: ask it whole."""
 
-    def __init__(self, why: str, *, remember: bool, completion: Completion | None = None):
+    def __init__(
+        self,
+        why: str,
+        *,
+        remember: bool,
+        completion: Completion | None = None,
+        busy: LLMError | None = None,
+    ):
         super().__init__(why)
         self.remember = remember
         self.completion = completion
+        self.busy = busy  # a busy server's error: retried like `complete`, not asked whole
 
 
 async def _check_streaming(response: httpx.Response, started: float) -> None:
@@ -462,7 +482,7 @@ async def _check_streaming(response: httpx.Response, started: float) -> None:
         if type(error) is LLMRejected or response.status_code == 501:
             raise StreamRefused(str(error), remember=True)
         if response.status_code in RETRIED_STATUSES and not isinstance(error, ContextOverflow):
-            raise StreamRefused(str(error), remember=False)
+            raise StreamRefused(str(error), remember=False, busy=error)
         raise error
     if "text/event-stream" not in response.headers.get("content-type", ""):
         await response.aread()
