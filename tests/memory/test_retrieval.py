@@ -117,7 +117,7 @@ def test_fallback_to_keywords_without_sqlite_vec(
     ids = corpus(Engine(sqlite_storage(conn)), embedder)  # stored without vectors, no failure
     chat_id = DatabaseSessionStore(SqliteDatabase(conn)).find_chat("test", "a").id
     assert effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "hybrid") == "bm25"
-    with caplog.at_level(logging.WARNING, logger="memory.rank"):
+    with caplog.at_level(logging.WARNING, logger="memory.retrieval"):
         first = rank_memories(
             DatabaseMemoryStore(SqliteDatabase(conn), embedder), chat_id, "What car do I drive?", 3
         )

@@ -105,7 +105,7 @@ def test_an_old_layout_is_rebuilt_never_queried(
         effective_mode(DatabaseMemoryStore(SqliteDatabase(conn), embedder), "knn") == "bm25"
     )  # never the old tables
     store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
-    with caplog.at_level(logging.WARNING, logger="memory.index"):
+    with caplog.at_level(logging.WARNING, logger="memory.sqlite_index"):
         assert store.count_missing_vectors() == 0  # recorded as embedded, but ...
         assert store.embed_missing() == 2  # ... the layout change forces a re-embed
     assert "layout changed from 1 to 2" in caplog.text
