@@ -145,6 +145,7 @@ async def test_find_edit_and_forget_a_memory_in_the_browser(
     await say(runtime, "ann", "remember: my cat is called Miso", "Ann")
     await say(runtime, "ann", "remember: my sister lives in Porto", "Ann")
     await say(runtime, "ann", "what is my cat called?", "Ann")
+    await say(runtime, "ann", "I drink green tea daily, by the way", "Ann")
     await say(runtime, "bob", "remember: my cat is called Felix", "Bob")
     ann = runtime.store.find_chat("terminal", "ann")
     assert ann is not None
