@@ -137,6 +137,9 @@ class ReflectorConfig(Section):
     lease_s: int = Field(default=600, ge=10)
     confidence_floor: float = Field(default=0.3, ge=0, le=1)
     max_attempts: int = Field(default=3, ge=1)
+    # People's own statements about themselves as facts when the model offers none:
+    # "auto" on windows of at most 8,192 tokens (small local models), "always", "off".
+    statements: Literal["auto", "always", "off"] = "auto"
 
 
 class ContextConfig(Section):

@@ -10,6 +10,12 @@ failure writes nothing but a failed run row; the same messages are tried next pa
 smaller. When the messages themselves keep failing
 (`[reflector] max_attempts`), the batch is logged as skipped with a warning and the cursor
 moves past it: no chat stalls for good, and the messages stay in the chat.
+
+A small model often extracts nothing, even where a person plainly says who they are. With
+`[reflector] statements` "auto" (the default) on a window of at most `SMALL_WINDOW` tokens,
+or "always", a batch for which the model offered no usable fact, or which would be skipped,
+stores what its people said about themselves instead (`reflector.statements`), through the
+same gate.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 from core.config import Config
 from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
 from core.model.client import LLM
+from core.model.profile import window_for
 from core.storage.store import SessionStore
 from memory.embeddings import Embedder, load_embedder
 from memory.forgetting import repeated_tombstone, texts_to_embed
@@ -36,6 +43,7 @@ from reflector.extraction import Candidate, ExistingMemory, parse_memories
 from reflector.facts import FactWriter, PreparedFact
 from reflector.grounding import UNGROUNDED, Grounding
 from reflector.maintenance import MaintenanceReport, maintain
+from reflector.statements import self_statements
 from reflector.store import ChatRun, CursorStore, Lease, LeaseStore, RunStore
 
 logger = logging.getLogger(__name__)
@@ -43,6 +51,8 @@ logger = logging.getLogger(__name__)
 NEWEST_KNOWN = 20
 RELEVANT_KNOWN = 20
 FORGOTTEN = "forgotten before"
+SMALL_WINDOW = 8_192  # tokens: "auto" falls back to people's own statements at or below
+STATEMENTS_NOTE = "{count} facts from what people said about themselves (the model offered none)"
 
 
 def gate_reason(reason: str) -> str:
@@ -207,7 +217,8 @@ class Reflector:
         try:
             await self._reflect_leased(run, lease, start, limit)
         except (ReplyInvalid, ContextOverflow) as exc:
-            self._batch_failed(run, lease, start, str(exc))
+            if not await self._statements_instead(run, lease, start):
+                self._batch_failed(run, lease, start, str(exc))
         except (LLMError, LeaseLost) as exc:
             self._fail(run, str(exc))
         except Exception as exc:  # the chat boundary: one chat's bug must not stop the pass
@@ -233,7 +244,43 @@ class Reflector:
         run.skip("invalid item", dropped)
         covered = [m for m in messages if m.id <= batch.transcript.last_id]
         facts = await self._prepare(run, candidates, Grounding(covered))
+        if not facts and self._uses_statements():
+            facts = await self._prepare(run, self_statements(covered), Grounding(covered))
+            if facts:
+                run.notes.append(STATEMENTS_NOTE.format(count=len(facts)))
         self._commit(run, lease, (start, batch.transcript.last_id), facts, data)
+
+    def _uses_statements(self) -> bool:
+        mode = self.config.reflector.statements
+        if mode == "auto":
+            return window_for(self.store, self.config.llm, self.model).tokens <= SMALL_WINDOW
+        return mode == "always"
+
+    async def _statements_instead(self, run: ChatRun, lease: Lease, start: int) -> bool:
+        """On the batch's last allowed attempt, store its people's own statements and move
+        on, instead of skipping it. False when that does not apply or finds nothing."""
+        attempt = self.runs.failed_attempts(run.chat_id, run.first_message_id or 0).count + 1
+        last = run.last_message_id
+        if last is None or attempt < self.config.reflector.max_attempts:
+            return False
+        if not self._uses_statements():
+            return False
+        covered = [
+            m
+            for m in self.store.messages_between(
+                run.chat_id, start, self.config.reflector.batch_messages
+            )
+            if m.id <= last
+        ]
+        facts = await self._prepare(run, self_statements(covered), Grounding(covered))
+        if not facts:
+            return False
+        run.notes.append(STATEMENTS_NOTE.format(count=len(facts)))
+        try:
+            self._commit(run, lease, (start, last), facts, {})
+        except LeaseLost as exc:
+            self._fail(run, str(exc))
+        return True
 
     async def _prepare(
         self, run: ChatRun, candidates: list[Candidate], grounding: Grounding

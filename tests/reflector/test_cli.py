@@ -97,7 +97,9 @@ def test_a_failed_pass_exits_nonzero_and_keeps_the_cursor(
 def test_a_skipped_batch_is_a_visible_warning_in_the_pass_and_the_runs_listing(
     tmp_path: Path, fake_llm: FakeOpenAIServer, storage_url: str, opened: list[Storage]
 ) -> None:
-    config, db = setup(tmp_path, fake_llm, storage_url, "[reflector]\nmax_attempts = 1\n")
+    config, db = setup(
+        tmp_path, fake_llm, storage_url, '[reflector]\nmax_attempts = 1\nstatements = "off"\n'
+    )
     opened.append(db)
     fake_llm.responder = lambda request: FakeReply(content="no JSON from this model")
     skipped = run_mnemo(["reflect", "--once"], config)
