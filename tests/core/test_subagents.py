@@ -46,6 +46,7 @@ class Desk(Extension):
         return [
             Tool("send_note", "Send a note to the owner.", self.send, text),
             Tool("lookup", "Look a word up.", self.lookup, text, read_only=True),
+            Tool("recall", "Recall facts.", self.lookup, text, read_only=True, reads_memory=True),
         ]
 
     async def send(self, turn: TurnContext, args: dict[str, Any]) -> str:
@@ -340,7 +341,46 @@ async def test_the_run_is_stored_and_shown_with_its_provenance(
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
     assert history[2].tool_call_id == "s1" and history[2].content == run.result
     assert "definition of tea" not in "\n".join(m.content for m in history)
+    assert runtime.extensions.chat_data(chat)["sub-agent runs"] == 1
     line = f"sub-agent run #1 for tool call s1 (parent message #{user.id}): done, 2 model calls"
     assert line in await ask(runtime, "/context")
     report = await inspect_chat(runtime, "terminal:t")
     assert line in report.render() and any(line in note for note in report.to_dict()["notes"])
+
+
+async def test_inheritance_is_explicit_per_field(
+    config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.add(FakeReply("hello"))
+    await ask(runtime, "PREVIOUS-TURN: hello")
+    fake_llm.add(FakeReply(tool_calls=[spawn("One.")]), FakeReply("a"), FakeReply("b"))
+    await ask(runtime, "first")
+    default_child = fake_llm.requests[2]
+    assert "PREVIOUS-TURN" not in everything(default_child)
+    assert "recall" not in tool_names(default_child)  # memory = "none"
+    config.subagents.history = "recent"
+    config.subagents.history_messages = 2
+    config.subagents.memory = "tools"
+    fake_llm.add(
+        FakeReply(tool_calls=[spawn("Two.", call_id="s2")]), FakeReply("c"), FakeReply("d")
+    )
+    await ask(runtime, "second")
+    child = fake_llm.requests[5]
+    system = child["messages"][0]["content"]
+    assert "Recent conversation (inherited):\nassistant: b\nuser: second" in system
+    assert "PREVIOUS-TURN" not in system  # only the last two texts
+    assert "recall" in tool_names(child)
+    newest = runs_of(runtime)[-1]
+    assert newest.inherited["history"] == "recent 2" and newest.inherited["memory"] == "tools"
+
+
+async def test_a_spawn_without_a_task_is_a_tool_error_and_no_run(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.add(
+        FakeReply(tool_calls=[tool_call("spawn_agent", {"task": "  "}, "s1")]),
+        FakeReply("I could not."),
+    )
+    assert await ask(runtime, "spawn nothing") == "I could not."
+    assert results(fake_llm.requests[1])["s1"] == "error: task must not be empty"
+    assert runs_of(runtime) == []
