@@ -16,6 +16,7 @@ from core.api import TurnContext
 from core.config import Config
 from core.errors import LLMError
 from core.model.client import LLM, ToolCall
+from core.model.profile import load_profile, tools_enabled
 from core.model.usage import complete_recorded
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
@@ -115,7 +116,8 @@ class SubagentRunner:
         """Model calls and tool rounds until the child answers or a budget is spent."""
         settings = self.config.subagents
         guard = RepeatGuard()
-        schemas = tools.schemas() or None
+        profile = load_profile(self.store, self.llm.model)
+        schemas = (tools.schemas() if tools_enabled(self.config.llm, profile) else []) or None
         while True:
             left = settings.max_tokens - child.output_tokens
             if child.iterations >= settings.max_iterations:
