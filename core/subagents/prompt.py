@@ -7,7 +7,7 @@ instructions from `[agent]`; the parent's tool results neither."""
 
 from __future__ import annotations
 
-from core.api import Chat, Tool
+from core.api import Chat, Tool, ToolSource
 from core.config import SubagentsConfig
 from core.storage.store import SessionStore
 from core.tools.registry import ToolRegistry
@@ -76,11 +76,13 @@ def may_use(tool: Tool, config: SubagentsConfig) -> bool:
 
 
 class Refused:
-    """A tool source that names the parent's tools a child may not call, so a call to one
-    comes back as a clear error and is never run."""
+    """A tool source with no tools that says why a name is missing for a child: one of the
+    parent's tools it may not call, or what the parent's sources say (a server down or
+    not open to the chat). A call to such a tool comes back as an error and is never run."""
 
-    def __init__(self, names: list[str]) -> None:
+    def __init__(self, names: list[str], sources: list[ToolSource]) -> None:
         self.names = set(names)
+        self.sources = sources
 
     def tools_for(self, chat: Chat) -> list[Tool]:
         return []
@@ -88,7 +90,7 @@ class Refused:
     def why_missing(self, chat: Chat, name: str) -> str:
         if name in self.names:
             return "a sub-agent may use read-only tools only (no writes, sending or spawning)"
-        return ""
+        return next((why for s in self.sources if (why := s.why_missing(chat, name))), "")
 
 
 def child_registry(parent: ToolRegistry, chat: Chat, config: SubagentsConfig) -> ToolRegistry:
@@ -96,5 +98,6 @@ def child_registry(parent: ToolRegistry, chat: Chat, config: SubagentsConfig) ->
     never has more rights than its parent); the rest are refused by name."""
     available = parent.tools_for(chat)
     registry = ToolRegistry([tool for tool in available if may_use(tool, config)])
-    registry.add_source(Refused([tool.name for tool in available if not may_use(tool, config)]))
+    refused = [tool.name for tool in available if not may_use(tool, config)]
+    registry.add_source(Refused(refused, parent.sources))
     return registry

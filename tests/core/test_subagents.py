@@ -17,7 +17,7 @@ import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core import plugin as default_plugin
-from core.api import Extension, Inbound, Tool, TurnContext
+from core.api import Chat, Extension, Inbound, Tool, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.cli.runtime import inspect_chat
 from core.config import Config
@@ -384,3 +384,52 @@ async def test_a_spawn_without_a_task_is_a_tool_error_and_no_run(
     assert await ask(runtime, "spawn nothing") == "I could not."
     assert results(fake_llm.requests[1])["s1"] == "error: task must not be empty"
     assert runs_of(runtime) == []
+
+
+class OtherChatsShelf:
+    """A tool source (like an MCP server) open to another chat only."""
+
+    def tools_for(self, chat: Chat) -> list[Tool]:
+        if chat.key != "terminal:other":
+            return []
+        return [Tool("shelf_read", "Read the shelf.", shelf_read, read_only=True)]
+
+    def why_missing(self, chat: Chat, name: str) -> str:
+        return "the shelf is not open to this chat" if name == "shelf_read" else ""
+
+
+async def shelf_read(turn: TurnContext, args: dict[str, Any]) -> str:
+    raise AssertionError("never run from chat t")
+
+
+async def test_the_child_never_has_more_rights_than_its_parent_chat(
+    config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    config.subagents.allow_tools = ["shelf_read"]
+    runtime.extensions.tools.add_source(OtherChatsShelf())
+    fake_llm.add(
+        FakeReply(tool_calls=[spawn("Read the shelf.")]),
+        FakeReply(tool_calls=[tool_call("shelf_read", {}, "k1")]),
+        FakeReply("I cannot."),
+        FakeReply("ok"),
+    )
+    await ask(runtime, "read the shelf")
+    assert "shelf_read" not in tool_names(fake_llm.requests[1])
+    assert results(fake_llm.requests[2])["k1"] == (
+        "error: tool 'shelf_read' is not available: the shelf is not open to this chat"
+    )
+
+
+async def test_a_failing_model_call_of_the_child_is_a_tool_error(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.add(
+        FakeReply(tool_calls=[spawn("Fail.")]),
+        FakeReply(status=500, error="boom"),
+        FakeReply("The helper failed."),
+    )
+    assert await ask(runtime, "go") == "The helper failed."
+    result = results(fake_llm.requests[2])["s1"]
+    assert result.startswith("error: sub-agent run #1 failed: ")
+    [run] = runs_of(runtime)
+    assert run.status == "failed" and run.result == result
