@@ -81,6 +81,7 @@ class TurnContext:
     inbound: Inbound
     is_control_chat: bool = False
     user_message_id: int = 0  # 0 until the message is stored (commands are not stored)
+    tool_call_id: str = ""  # inside a tool call: the model's id of that call
 
     @property
     def query(self) -> str:
@@ -120,12 +121,19 @@ ToolFunction = Callable[[TurnContext, dict[str, Any]], Awaitable[str]]
 
 @dataclass(frozen=True)
 class Tool:
-    """A function the model may call: one async function with a JSON-schema signature."""
+    """A function the model may call: one async function with a JSON-schema signature.
+
+    `read_only`: calling it changes nothing (no writes, no messages, no schedules), so a
+    sub-agent may be given it; unknown tools are assumed to have side effects.
+    `reads_memory`: it reads the chat's memory (notes, facts), which a sub-agent inherits
+    only when `[subagents] memory` says so."""
 
     name: str
     description: str
     function: ToolFunction
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    read_only: bool = False
+    reads_memory: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -235,6 +243,11 @@ class Extension:
 
     async def checks(self) -> list[Check]:
         """Lines for `mnemo doctor`."""
+        return []
+
+    def report_lines(self, chat: Chat) -> list[str]:
+        """Lines for `/context` and `mnemo inspect` about `chat` beyond the next request
+        (e.g. recent sub-agent runs, with their provenance). A read: it must change nothing."""
         return []
 
     def chat_data(self, chat: Chat) -> dict[str, int]:

@@ -359,6 +359,23 @@ class SkillsConfig(Section):
     skill_max_chars: int = Field(default=40_000, ge=1_000)  # SKILL.md, and each extra file
 
 
+class SubagentsConfig(Section):
+    """Sub-agents (`core.subagents`): the `spawn_agent` tool, each child's budget, what it
+    inherits from its parent (per field), and which tools beyond the read-only ones it gets."""
+
+    enabled: bool = True
+    max_iterations: int = Field(default=6, ge=1, le=50)  # model calls of one child
+    max_tokens: int = Field(default=4_000, ge=100)  # the child's output tokens, all calls
+    wall_time_s: float = Field(default=60.0, gt=0, le=3600)
+    max_concurrent: int = Field(default=2, ge=1, le=16)  # children running at once, per chat
+    history: Literal["none", "recent"] = "none"  # recent: the last `history_messages` texts
+    history_messages: int = Field(default=6, ge=1, le=50)
+    memory: Literal["none", "tools"] = "none"  # tools: the read-only memory tools
+    tool_results: Literal["none"] = "none"  # the parent passes what it needs in `context`
+    allow_tools: list[str] = Field(default_factory=list)  # more tools by name (MCP ones)
+    max_context_chars: int = Field(default=8_000, ge=200)  # of `context` as passed
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -379,6 +396,7 @@ class Config(Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 
 
 def _describe(error: ValidationError, source: str) -> str:

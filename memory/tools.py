@@ -112,6 +112,8 @@ class MemoryTools:
                 "Read an AGENTS.md note file (global, channel or chat scope).",
                 self.read_memory,
                 _schema({"scope": scope}, ["scope"]),
+                read_only=True,
+                reads_memory=True,
             ),
             Tool(
                 "write_memory",
@@ -134,6 +136,8 @@ class MemoryTools:
                 "Search this chat's remembered facts; returns `#id [CATEGORY] text` lines.",
                 self.search,
                 _schema({"query": {"type": "string"}, "k": {"type": "integer"}}, ["query"]),
+                read_only=True,
+                reads_memory=True,
             ),
             Tool(
                 "structured_memory_add",

@@ -94,6 +94,7 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         Route(f"{chat}/notes", in_chat(actions.save_notes), methods=["POST"]),
         Route(f"{chat}/strategies", in_chat(pages.strategies)),
         Route(f"{chat}/reflector", in_chat(pages.reflector)),
+        Route(f"{chat}/subagents", in_chat(pages.subagents)),
         Route(f"{chat}/context", in_chat(pages.context)),
         # Browsers ask for /favicon.ico whatever the page links: no 404 in their console.
         Route("/favicon.ico", _favicon),

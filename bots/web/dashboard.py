@@ -24,6 +24,7 @@ from core.model.probes import model_checks
 from core.model.profile import ModelProfile, Window, load_profile
 from core.storage.engine import Storage
 from core.storage.store import SessionStore
+from core.subagents.run_store import DatabaseSubagentRunStore, SubagentRun
 from core.turn.extensions import Extensions
 from memory.hidden_text import visible_text
 from memory.injection import max_injectable, memories_section, select_within_budget
@@ -113,6 +114,12 @@ class Dashboard:
 
     def runs_of(self, chat: Chat, limit: int = 100) -> list[RunRow]:
         return self.runs.recent(chat.id, limit)
+
+    def subagent_runs_of(self, chat: Chat, limit: int = 50) -> list[SubagentRun]:
+        """The chat's sub-agent runs, newest first (none without the database at hand)."""
+        if self.storage is None:
+            return []
+        return DatabaseSubagentRunStore(self.storage.database).recent(chat.id, limit)
 
     # -- what the bot would recall, and what its next request holds ---------------------
 

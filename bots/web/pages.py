@@ -197,6 +197,10 @@ class Pages:
             runs_chart=runs_chart,
         )
 
+    async def subagents(self, request: Request, chat: Chat) -> Response:
+        runs = self.dashboard.subagent_runs_of(chat)
+        return self.chat_page(request, chat, "subagents.html", "subagents", runs=runs)
+
     async def context(self, request: Request, chat: Chat) -> Response:
         view = await self.dashboard.context(chat)
         report = view.report

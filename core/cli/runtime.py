@@ -90,7 +90,7 @@ async def inspect_chat(runtime: Runtime, key: str) -> ContextReport:
     inbound = Inbound(chat.channel, chat.external_chat_id, last_user, chat_kind="private")
     turn = TurnContext(chat, inbound, is_control_chat(runtime.config, chat))
     sections = await runtime.extensions.context_sections(turn)
-    return context_report(runtime.planner, chat, sections)
+    return context_report(runtime.planner, chat, sections, runtime.extensions.report_lines(chat))
 
 
 @click.command("inspect")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.api import Chat, ContextSection
@@ -41,6 +41,8 @@ class ContextReport:
     chars_per_token: float
     calibration_samples: int
     last_observed_ratio: float | None
+    # The extensions' lines beyond the request (sub-agent runs with their provenance).
+    notes: list[str] = field(default_factory=list)
 
     @property
     def share(self) -> float:
@@ -108,13 +110,17 @@ class ContextReport:
         ]
         if self.window_warning:
             lines.append(f"warning: {self.window_warning}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *self.notes])
 
 
 def context_report(
-    planner: RequestPlanner, chat: Chat, sections: Sequence[ContextSection]
+    planner: RequestPlanner,
+    chat: Chat,
+    sections: Sequence[ContextSection],
+    notes: Sequence[str] = (),
 ) -> ContextReport:
-    """Plan the chat's next request (without the model) and describe it."""
+    """Plan the chat's next request (without the model) and describe it, with the
+    extensions' `notes` (`Extensions.report_lines`) at the end."""
     store = planner.store
     plan = planner.plan(chat, sections, tools=True)
     history = store.history(chat.id)
@@ -152,4 +158,5 @@ def context_report(
         chars_per_token=plan.estimator.chars_per_token,
         calibration_samples=calibration.samples if calibration else 0,
         last_observed_ratio=calibration.last_ratio if calibration else None,
+        notes=list(notes),
     )

@@ -93,12 +93,14 @@ class SkillsExtension(Extension):
                 "Read a skill's instructions and the list of its files.",
                 self._read_skill,
                 {"type": "object", "properties": name, "required": ["name"]},
+                read_only=True,
             ),
             Tool(
                 "read_skill_file",
                 "Read one file of a skill (a path inside the skill's folder).",
                 self._read_skill_file,
                 {"type": "object", "properties": {**name, **path}, "required": ["name", "path"]},
+                read_only=True,
             ),
         ]
 

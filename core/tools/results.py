@@ -92,4 +92,5 @@ def read_tool(config: Config, files: FileStore) -> Tool:
             },
             "required": ["path"],
         },
+        read_only=True,
     )

@@ -3,7 +3,6 @@ history, build the request, run tools, persist the turn with its reply."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +47,7 @@ from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
 from core.turn.extensions import Extensions
 from core.turn.loop_guard import RepeatGuard
+from core.turn.tool_round import run_tool_round
 
 logger = logging.getLogger(__name__)
 
@@ -222,30 +222,19 @@ class Agent:
     async def run_tools(
         self, turn: TurnContext, calls: list[ToolCall], budget: int | None = None
     ) -> list[dict[str, Any]]:
-        """The assistant message carrying `calls` (content "", never null: llama-cpp-python
-        refuses null) and their results in call order; nothing when `calls` is empty.
-
-        The calls of one response are independent, so they run concurrently; those past
-        the turn's remaining `budget` are not run and get an error the model can read."""
-        if not calls:
-            return []
-        calling = [call.to_openai() for call in calls]
-        messages: list[dict[str, Any]] = [
-            {"role": "assistant", "content": "", "tool_calls": calling}
-        ]
-        allowed = len(calls) if budget is None else max(0, budget)
+        """The assistant message carrying `calls` and their results (`run_tool_round`);
+        those past the turn's remaining `budget` are not run and get an error the model
+        can read."""
         spent = (
             f"error: not run: this turn's budget of {self.config.agent.max_tool_calls} tool "
             "calls is spent; answer with what you have"
         )
-        results = await asyncio.gather(
-            *(self.extensions.tools.execute(c.name, c.arguments, turn) for c in calls[:allowed])
-        )
-        results += [spent] * (len(calls) - len(results))
-        for call, result in zip(calls, results, strict=True):
-            kept = keep_tool_result(self.config, self.files, turn.chat, call.id, call.name, result)
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": kept})
-        return messages
+
+        def keep(call: ToolCall, result: str) -> str:
+            return keep_tool_result(self.config, self.files, turn.chat, call.id, call.name, result)
+
+        allowed = len(calls) if budget is None else budget
+        return await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)
 
     async def final_reply(
         self, turn: TurnContext, pending: list[dict[str, Any]], answer: Completion | None

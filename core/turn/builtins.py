@@ -33,6 +33,7 @@ TIME_TOOL = Tool(
     "get_current_time",
     "Get the current date and time (UTC, ISO 8601).",
     get_current_time,
+    read_only=True,
 )
 
 
@@ -117,4 +118,5 @@ class CoreExtension(Extension):
 
     async def context_command(self, turn: TurnContext, args: str) -> str:
         sections = await self.extensions.context_sections(turn)
-        return context_report(self.planner, turn.chat, sections).render()
+        notes = self.extensions.report_lines(turn.chat)
+        return context_report(self.planner, turn.chat, sections, notes).render()

@@ -95,6 +95,9 @@ class Extensions:
             found.extend(await extension.checks())
         return found
 
+    def report_lines(self, chat: Chat) -> list[str]:
+        return [line for extension in self._items for line in extension.report_lines(chat)]
+
     def chat_data(self, chat: Chat) -> dict[str, int]:
         """What every extension keeps about `chat`: {kind: how many}, kinds with none left out."""
         found: dict[str, int] = {}

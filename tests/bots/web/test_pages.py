@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from core.api import Inbound
-from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder, tool_call
 from core.context.summary import SUMMARY_MARKER
 from memory.stores import strategy_store
 from reflector.extension import ReflectorExtension
@@ -175,3 +175,31 @@ async def test_the_context_page_counts_the_tool_schemas(site: Site) -> None:
     await site.login()
     page = await site.client.get(f"/chats/{site.ann.id}/context")
     assert "tool schemas" in page.text and "the sum of the parts above" in page.text
+
+
+def helper_and_parent(request: dict[str, Any]) -> FakeReply:
+    """A parent that hands the question to a sub-agent once, and the sub-agent's answer."""
+    messages = request["messages"]
+    if str(messages[0]["content"]).startswith("You are a sub-agent of"):
+        return FakeReply("The cat is called Miso.")
+    if any(m["role"] == "tool" for m in messages):
+        return FakeReply("Miso, says my helper.")
+    if request.get("tools") and "helper" in str(messages[-1]["content"]):
+        task = {"task": "Find the name of the cat.", "context": "notes say Miso"}
+        return FakeReply(tool_calls=[tool_call("spawn_agent", task, "sp1")])
+    return echo_responder(request)
+
+
+async def test_sub_agent_runs_show_with_provenance_result_and_transcript(
+    site: Site, fake_llm: FakeOpenAIServer
+) -> None:
+    fake_llm.responder = helper_and_parent
+    await say(site.runtime, "ann", "ask a helper about my cat", "Ann")
+    await site.login()
+    page = await site.client.get(f"/chats/{site.ann.id}/subagents")
+    assert "sub-agent run #1 for tool call sp1" in page.text
+    assert "Find the name of the cat." in page.text and "notes say Miso" in page.text
+    assert "[sub-agent run #1: done in 1 model call]" in page.text  # the parent's tool result
+    assert "The cat is called Miso." in page.text and "<b>system</b>" in page.text
+    other = await site.client.get(f"/chats/{site.bob.id}/subagents")
+    assert "No sub-agent run in this chat yet." in other.text

@@ -24,6 +24,7 @@ def pages_of(site: Site) -> list[str]:
         f"/chats/{ann}/notes",
         f"/chats/{ann}/strategies",
         f"/chats/{ann}/reflector",
+        f"/chats/{ann}/subagents",
         f"/chats/{ann}/context",
     ]
 
