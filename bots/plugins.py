@@ -1,5 +1,5 @@
 """The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
-strategies, skills, the reflector, MCP servers, and the dashboard last (it reads the
+strategies, skills, the reflector, MCP servers, web tools, and the dashboard last (it reads the
 others). Registration order is injection order. Each plugin module is light: importing it
 loads none of its parts."""
 
@@ -11,6 +11,7 @@ from bots.web import plugin as web_plugin
 from core import plugin as default_plugin
 from core.mcp import plugin as mcp_plugin
 from core.skills import plugin as skills_plugin
+from core.web_tools import plugin as web_tools_plugin
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
@@ -25,5 +26,6 @@ PLUGINS: tuple[Plugin, ...] = (
     skills_plugin,
     reflector_plugin,
     mcp_plugin,
+    web_tools_plugin,
     web_plugin,
 )

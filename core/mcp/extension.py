@@ -21,6 +21,7 @@ from core.api import (
 from core.config import Config, McpServerConfig
 from core.errors import ToolError
 from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool, describe
+from core.tools.access import chat_matches
 from core.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -31,13 +32,7 @@ DOCTOR_TIMEOUT_S = 10.0
 def chat_allowed(server: McpServerConfig, control_chats: list[str], chat: Chat) -> bool:
     """Whether `chat` may use `server`: a key in its `chats` (`"*"`, `channel:*`, or exact),
     or, with no `chats` set, a control chat."""
-    patterns = server.chats or control_chats
-    for pattern in patterns:
-        if pattern == "*" or pattern == chat.key:
-            return True
-        if pattern.endswith(":*") and pattern[:-2] == chat.channel:
-            return True
-    return False
+    return chat_matches(server.chats or control_chats, chat, control_chats)
 
 
 class McpTools(ToolSource):
