@@ -41,8 +41,13 @@ class McpTools(ToolSource):
     def __init__(self, config: Config, servers: list[McpServer]) -> None:
         self.config = config
         self.servers = servers
+        memory = config.memory
+        # The memory backend's server serves memory (`memory.mcp_backend`), not the model.
+        self.memory_server = memory.mcp_server if memory.backend == "mcp" else ""
 
     def allowed(self, server: McpServer, chat: Chat) -> bool:
+        if server.name == self.memory_server:
+            return False
         return chat_allowed(server.config, self.config.agent.control_chats, chat)
 
     def tools_for(self, chat: Chat) -> list[Tool]:
