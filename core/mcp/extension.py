@@ -167,7 +167,9 @@ def tools_report(registry: ToolRegistry, source: McpTools, chat: Chat) -> str:
     builtin = [tool.name for tool in usable if tool.name not in mcp_names]
     lines = [f"Built-in tools: {', '.join(builtin) or 'none'}"]
     for server in source.servers:
-        if not source.allowed(server, chat):
+        if server.name == source.memory_server:
+            lines.append(f"MCP {server.name}: the memory backend ({server.status()}), not a tool")
+        elif not source.allowed(server, chat):
             lines.append(f"MCP {server.name}: refused in this chat")
         elif server.state != "up":
             lines.append(f"MCP {server.name}: {server.status()}")

@@ -57,6 +57,11 @@ class Site(JsonHandler):
             self._stream(b"<p>slow</p>", 1000, 0.1)
         elif parts.path == "/image":
             self.send_body(200, b"\x89PNG\r\n" + b"\x00" * 5000, "image/png")
+        elif parts.path == "/long":
+            paragraphs = "".join(f"<p>Paragraph {n} tells fact number {n} about otters.</p>"
+                                 for n in range(400))  # fmt: skip
+            self.send_body(200, f"<html><body><article>{paragraphs}</article></body></html>"
+                           .encode(), "text/html")  # fmt: skip
         elif parts.path == "/json":
             self.send_body(200, b'{"answer":42,"items":[1,2]}', "application/json")
         else:
@@ -320,3 +325,47 @@ async def test_doctor_lines_say_what_is_on(tmp_path: Any, backends: str) -> None
     config.web_tools = WebToolsConfig(search="tavily")
     lines = [check.line() for check in await WebToolsExtension(config, env={}).checks()]
     assert lines[1] == "[warn] web_search: off: TAVILY_API_KEY is not set (the tavily key)"
+
+
+async def test_a_long_page_is_stored_and_excerpted_like_any_tool_result(
+    config: Config, fake_llm: FakeOpenAIServer, site: str
+) -> None:
+    config.fetch = FetchConfig(allow=["127.0.0.1"], timeout_s=5.0)
+    config.context.tool_result_max_chars = 2_000
+    call = FakeReply(tool_calls=[tool_call("web_fetch", {"url": f"{site}/long"}, "c1")])
+    fake_llm.add(call, FakeReply("long read"))
+    runtime = build_runtime(config, plugins=[default_plugin, web_tools_plugin])
+    try:
+        reply = await runtime.agent.handle(Inbound("terminal", "me", "read the long page"))
+    finally:
+        runtime.close()
+    assert reply is not None and reply.text == "long read"
+    result = [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"][0]
+    assert result.startswith("[tool result of ") and "read more with read_tool_result" in result
+    assert "Paragraph 0 " in result and "Paragraph 399 " in result  # head and tail kept
+    assert len(result) < 2_000
+
+
+@pytest.mark.parametrize(
+    ("patterns", "allowed"),
+    [
+        (["private", "control"], ["private-dm", "control-group"]),
+        (["control"], ["control-group"]),
+        (["terminal:*"], ["private-dm", "control-group", "other-group"]),
+        (["terminal:other"], ["other-group"]),
+        (["*"], ["private-dm", "control-group", "other-group"]),
+        ([], []),
+    ],
+)
+def test_who_may_call_the_web_tools(tmp_path: Any, patterns: list[str], allowed: list[str]) -> None:
+    config = load_config(None, env={})
+    config.storage.data_dir = tmp_path
+    config.agent.control_chats = ["terminal:boss"]
+    config.web_tools = WebToolsConfig(chats=patterns)
+    tools = WebTools(config, env={})
+    chats = {
+        "private-dm": turn("private", "me").chat,
+        "control-group": turn("group", "boss").chat,
+        "other-group": turn("group", "other").chat,
+    }
+    assert [name for name, chat in chats.items() if tools.tools_for(chat)] == allowed

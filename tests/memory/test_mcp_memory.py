@@ -99,10 +99,12 @@ async def test_the_servers_order_is_kept_and_facts_reach_it(
         await ask(runtime, "search for her")
         await ask(runtime, "/forget 2")
         await ask(runtime, "search again")
+        tools = await ask(runtime, "/tools")
     first, _, second, _, after = fake_llm.requests
     # the database alone would rank Ana first and leave out Bob (no word in common)
     assert mentions(memory_block(first)) == ["teal", "Bob", "Ana"]
     assert not any(name.startswith("memory__") for name in tool_names(first))  # not the model's
+    assert "MCP memory: the memory backend (up), not a tool" in tools
     found = tool_result(second)
     assert found.splitlines()[0] == "[PROFILE] The user's favourite colour is teal (server row)"
     assert found.splitlines()[1].startswith("#2 ") and "Bob" in found.splitlines()[1]
