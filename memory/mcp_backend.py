@@ -9,7 +9,10 @@
   so what a person forgot never comes back through the server; a row without one is
   shown as the server wrote it.
 - Upsert: `<mcp_upsert_tool>(chat, id, content, category)` after each fact a chat adds or
-  corrects (`remember:`, the memory tools), once it is in the database.
+  corrects (`remember:`, the memory tools), once it is in the database; and before each
+  query, for every memory of the chat that changed since the bot started or the last sync
+  (the reflector's facts), read from the database's change log. A global memory is sent
+  with `chat = "*"`. A memory already sent with the same text is not sent again.
 - When the server is down, slow (`mcp_timeout_s`) or answers an error, the database ranks
   instead: logged once per outage, counted, and shown by `mnemo doctor`.
 """
@@ -29,7 +32,7 @@ from core.errors import ToolError
 from core.mcp.connection import McpServer, McpTool
 from memory.keeper import MemoryKeeper
 from memory.retrieval import RankedMemory
-from memory.store import CATEGORIES, Memory
+from memory.store import CATEGORIES, Marks, Memory
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +51,14 @@ class McpMemoryBackend:
         self.fallbacks = 0
         self.upsert_failures = 0
         self.last_upsert_error = ""
+        self._sent: dict[int, str] = {}  # memory id → the text the server has
+        self._start = keeper.store.change_log_end()  # changes after this are synced
+        self._marks: dict[int, Marks] = {}  # per chat: the change log synced through
 
     async def rank(self, chat: Chat, query: str, k: int) -> list[RankedMemory]:
         if k <= 0 or not query.strip():
             return []
+        await self.sync(chat)
         try:
             text = await self._call(
                 self.config.mcp_query_tool, {"query": query, "chat": chat.key, "k": k}
@@ -67,9 +74,31 @@ class McpMemoryBackend:
 
     async def upsert(self, chat: Chat, memory_id: int) -> None:
         memory = self.keeper.store.get(memory_id)
-        if memory is None:
+        if memory is not None:
+            await self._send(chat, memory)
+
+    async def sync(self, chat: Chat) -> None:
+        """Send the chat's (and global) memories that changed since the last sync; the
+        marks move on only when every one of them reached the server."""
+        marks = self._marks.get(chat.id, Marks(self._start, self._start))
+        changes = self.keeper.store.changes_since(chat.id, marks)
+        if changes is None:
             return
-        args = {"chat": chat.key, "id": str(memory.id), "content": memory.content,
+        memories = self.keeper.store.by_ids(sorted(changes.memory_ids))
+        sent = [
+            await self._send(chat, memory)
+            for memory in memories.values()
+            if not memory.archived and memory.chat_id in (chat.id, None)
+        ]
+        if all(sent):
+            self._marks[chat.id] = changes.marks
+
+    async def _send(self, chat: Chat, memory: Memory) -> bool:
+        """Upsert one memory unless the server has it as it is; False when that failed."""
+        if self._sent.get(memory.id) == memory.content:
+            return True
+        key = chat.key if memory.chat_id is not None else "*"
+        args = {"chat": key, "id": str(memory.id), "content": memory.content,
                 "category": memory.category}  # fmt: skip
         try:
             await self._call(self.config.mcp_upsert_tool, args)
@@ -78,6 +107,9 @@ class McpMemoryBackend:
             self.last_upsert_error = str(exc)
             logger.warning("memory #%d not sent to the memory server %s (%s); it is kept in the "
                            "database", memory.id, self.config.mcp_server, exc)  # fmt: skip
+            return False
+        self._sent[memory.id] = memory.content
+        return True
 
     async def _call(self, tool: str, args: dict[str, Any]) -> str:
         server = self.lookup()

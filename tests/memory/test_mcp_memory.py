@@ -80,7 +80,7 @@ def tool_result(request: dict[str, Any]) -> str:
 
 
 def mentions(lines: list[str]) -> list[str]:
-    return [word for line in lines for word in ("teal", "Bob", "Ana") if word in line]
+    return [word for line in lines for word in ("teal", "Tom", "Bob", "Ana") if word in line]
 
 
 async def test_the_servers_order_is_kept_and_facts_reach_it(
@@ -98,6 +98,10 @@ async def test_the_servers_order_is_kept_and_facts_reach_it(
         await ask(runtime, "who is my sister?")
         await ask(runtime, "search for her")
         await ask(runtime, "/forget 2")
+        store = extension_of(runtime, MemoryExtension).keeper.store
+        ana = store.get(1)
+        assert ana is not None and ana.chat_id is not None
+        store.add(ana.chat_id, "my cat is called Tom", "PROFILE", source="reflector")  # no turn
         await ask(runtime, "search again")
         tools = await ask(runtime, "/tools")
     first, _, second, _, after = fake_llm.requests
@@ -112,9 +116,11 @@ async def test_the_servers_order_is_kept_and_facts_reach_it(
     assert [(row["chat"], row["id"]) for row in upserts] == [
         ("terminal:t", "1"),
         ("terminal:t", "2"),
+        ("terminal:t", "3"),  # the reflector's fact, synced before the next query
     ]
-    assert "Bob" in upserts[1]["content"]
-    assert mentions(tool_result(after).splitlines()) == ["teal", "Ana"]  # #2 was forgotten
+    assert "Bob" in upserts[1]["content"] and "Tom" in upserts[2]["content"]
+    # the server's order (newest first); #2 was forgotten here, so its row is dropped
+    assert mentions(tool_result(after).splitlines()) == ["teal", "Tom", "Ana"]
 
 
 async def test_the_database_takes_over_when_the_server_crashes(
