@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.config import Config
 from core.errors import FetchError, ToolError
@@ -50,15 +50,7 @@ class Page:
 
 def fetch_policy(config: Config) -> FetchPolicy:
     """`[fetch]` for web_fetch: its caps and allow-list, reading only text-like types."""
-    base = FetchPolicy.from_config(config.fetch)
-    return FetchPolicy(
-        base.allow_hosts,
-        base.allow_networks,
-        base.max_bytes,
-        base.timeout_s,
-        base.max_redirects,
-        READABLE_TYPES,
-    )
+    return replace(FetchPolicy.from_config(config.fetch), content_types=READABLE_TYPES)
 
 
 async def fetch_page(url: str, policy: FetchPolicy) -> Page:
@@ -71,9 +63,8 @@ async def fetch_page(url: str, policy: FetchPolicy) -> Page:
     page = await asyncio.to_thread(readable, result)
     if result.status >= 400:
         excerpt = clip_middle(page.text.strip(), ERROR_EXCERPT_CHARS)
-        raise ToolError(
-            f"HTTP {result.status} from {result.url}" + (f": {excerpt}" * bool(excerpt))
-        )
+        said = f": {excerpt}" if excerpt else ""
+        raise ToolError(f"HTTP {result.status} from {result.url}{said}")
     return page
 
 
