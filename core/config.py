@@ -39,6 +39,14 @@ ENV_OVERRIDES = {
     "MNEMO_TELEGRAM_MODE": ("telegram", "mode"),
     "MNEMO_TELEGRAM_WEBHOOK_URL": ("telegram", "webhook_url"),
     "MNEMO_WEB_TOKEN": ("web", "token"),
+    "MNEMO_WEB_SEARCH": ("web_tools", "search"),
+    "MNEMO_WEB_SEARCH_URL": ("web_tools", "search_url"),
+    "MNEMO_MEMORY_BACKEND": ("memory", "backend"),
+}
+# Comma-separated lists from the environment (Docker): `MNEMO_FETCH_ALLOW=10.0.0.0/8,wiki.lan`.
+ENV_LISTS = {
+    "MNEMO_FETCH_ALLOW": ("fetch", "allow"),
+    "MNEMO_WEB_TOOLS_CHATS": ("web_tools", "chats"),
 }
 
 
@@ -127,6 +135,15 @@ class MemoryConfig(Section):
     token_budget: int = Field(default=1500, ge=0)
     file_scope_max_chars: int = Field(default=20_000, ge=100)
     file_total_max_chars: int = Field(default=50_000, ge=100)
+    # Where ranking and writes of structured memories go (`memory.backend`): "local" (the
+    # database), or "mcp": the `[[mcp.servers]]` named `mcp_server` ranks (its order is
+    # kept) and receives every fact the chat adds; the database keeps them all too and
+    # ranks whenever the server fails.
+    backend: Literal["local", "mcp"] = "local"
+    mcp_server: str = "memory"
+    mcp_query_tool: str = "memory_query"
+    mcp_upsert_tool: str = "memory_upsert"
+    mcp_timeout_s: float = Field(default=5.0, gt=0)  # a query, so a turn never waits long
 
 
 class ReflectorConfig(Section):
@@ -350,6 +367,46 @@ class FetchConfig(Section):
         return [entry.strip().lower() for entry in entries]
 
 
+SEARCH_KEY_ENVS = {"brave": "BRAVE_API_KEY", "tavily": "TAVILY_API_KEY"}
+CHAT_CLASSES = ("private", "control")
+
+
+class WebToolsConfig(Section):
+    """`web_fetch` and `web_search` (`core.web_tools`); the fetch's caps and allow-list are
+    `[fetch]`'s. `chats`: chat keys (`telegram:-100123`, `discord:*`), `"*"`, or the classes
+    `"private"` (every private chat) and `"control"` (the control chats)."""
+
+    fetch: bool = True
+    max_chars: int = Field(default=50_000, ge=1_000)  # a page's text, before offloading
+    chats: list[str] = Field(default_factory=lambda: list(CHAT_CLASSES))
+    search: Literal["", "searxng", "brave", "tavily"] = ""  # "": no web_search
+    search_url: str = ""  # SearXNG's base URL; for Brave and Tavily, replaces their API's
+    search_key_env: str = ""  # "": BRAVE_API_KEY or TAVILY_API_KEY
+    search_results: int = Field(default=5, ge=1, le=20)
+    search_timeout_s: float = Field(default=15.0, gt=0)
+
+    @field_validator("chats")
+    @classmethod
+    def _chat_patterns(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if pattern not in ("*", *CHAT_CLASSES) and split_chat_key(pattern) is None:
+                raise ValueError(
+                    f"{pattern!r} is not a chat key (telegram:123, discord:*), '*', "
+                    "'private' or 'control'"
+                )
+        return [pattern.strip() for pattern in patterns]
+
+    @model_validator(mode="after")
+    def _search_url(self) -> WebToolsConfig:
+        if self.search == "searxng" and not self.search_url.startswith(("http://", "https://")):
+            raise ValueError('search = "searxng" needs search_url, e.g. "http://searxng:8080"')
+        return self
+
+    def key_env(self) -> str:
+        """The environment variable holding the Brave or Tavily key."""
+        return self.search_key_env or SEARCH_KEY_ENVS.get(self.search, "")
+
+
 class SkillsConfig(Section):
     """Skills (`core.skills`): SKILL.md folders listed in the dynamic context."""
 
@@ -393,10 +450,23 @@ class Config(Section):
     discord: DiscordConfig = Field(default_factory=DiscordConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
+    web_tools: WebToolsConfig = Field(default_factory=WebToolsConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+
+    @model_validator(mode="after")
+    def _memory_server(self) -> Config:
+        """`[memory] backend = "mcp"` names a configured server (not a silent local store)."""
+        memory = self.memory
+        names = [server.name for server in self.mcp.servers]
+        if memory.backend == "mcp" and memory.mcp_server not in names:
+            raise ValueError(
+                f'[memory] mcp_server: backend = "mcp" needs an [[mcp.servers]] named '
+                f"{memory.mcp_server!r} (configured: {', '.join(names) or 'none'})"
+            )
+        return self
 
 
 def _describe(error: ValidationError, source: str) -> str:
@@ -438,6 +508,12 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             if not isinstance(table, dict):
                 raise ConfigError(f"{source}: [{section}] must be a table")
             table[key] = env[var]
+    for var, (section, key) in ENV_LISTS.items():
+        if env.get(var, "").strip():
+            table = raw.setdefault(section, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: [{section}] must be a table")
+            table[key] = [item.strip() for item in env[var].split(",") if item.strip()]
     _mcp_servers_from_env(raw, env, source)
     try:
         return Config.model_validate(raw)

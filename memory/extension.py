@@ -16,11 +16,13 @@ from core.api import (
 )
 from core.config import Config
 from core.errors import InputError, ToolError
+from memory.backend import LocalBackend, MemoryBackend
 from memory.chat_data import export_memory, forget_memory, memory_counts
 from memory.explicit import parse_explicit
 from memory.files import FileMemory
 from memory.injection import max_injectable, memories_section
 from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
+from memory.mcp_backend import McpMemoryBackend, ServerLookup
 from memory.store import MemoryStore, parse_memory_id
 from memory.tools import MemoryTools
 
@@ -38,10 +40,14 @@ class MemoryExtension(Extension):
         store: MemoryStore,
         embedder_factory: EmbedderFactory | None = None,
         files: FileMemory | None = None,
+        memory_server: ServerLookup | None = None,
     ) -> None:
         self.config = config
         self.keeper = MemoryKeeper(config, store, embedder_factory, files)
-        self._tools = MemoryTools(self.keeper)
+        self.backend: MemoryBackend = LocalBackend(self.keeper)
+        if config.memory.backend == "mcp" and memory_server is not None:
+            self.backend = McpMemoryBackend(config.memory, self.keeper, memory_server)
+        self._tools = MemoryTools(self.keeper, self.backend)
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
@@ -71,7 +77,8 @@ class MemoryExtension(Extension):
             memory.file_total_max_chars,
         )
         if memory.token_budget > 0:
-            ranked = self.keeper.rank(turn.chat.id, turn.query, max_injectable(memory.token_budget))
+            limit = max_injectable(memory.token_budget)
+            ranked = await self.backend.rank(turn.chat, turn.query, limit)
             section = memories_section(self.keeper.store, turn.chat.id, ranked, memory.token_budget)
             if section is not None:
                 sections.append(section)
@@ -87,6 +94,7 @@ class MemoryExtension(Extension):
             memory_id, updated = self.keeper.remember(self.keeper.access(turn), fact)
         except FactRefused as exc:
             return f"Not stored: {exc.why}."
+        await self.backend.upsert(turn.chat, memory_id)
         return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
 
     async def memory_command(self, turn: TurnContext, args: str) -> str:
@@ -132,6 +140,7 @@ class MemoryExtension(Extension):
             detail = f"{embedder.model_name} ({embedder.dim} dims, {queries} queries)"
             checks = [Check("embedding model", True, detail)]
         checks.append(self._ranking_check())
+        checks.extend(self.backend.checks())
         if self.keeper.store.vectors_enabled:
             missing = self.keeper.store.count_missing_vectors()
             detail = (

@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import click
 
     from core.api import Extension
+    from core.mcp.connection import McpServer
     from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
@@ -31,4 +34,21 @@ def extension(host: Host) -> Extension:
     from memory.stores import memory_store
 
     files = FileMemory(host.files)  # the data dir, or `stored_files` on PostgreSQL
-    return MemoryExtension(host.config, memory_store(host.storage), files=files)
+    store = memory_store(host.storage)
+    return MemoryExtension(host.config, store, files=files, memory_server=memory_server(host))
+
+
+def memory_server(host: Host) -> Callable[[], McpServer | None]:
+    """The running MCP server `[memory] mcp_server` names, found when asked (the MCP
+    plugin registers after memory and owns the connection, its restarts and its doctor line)."""
+    from core.mcp.extension import McpExtension
+
+    name = host.config.memory.mcp_server
+
+    def lookup() -> McpServer | None:
+        for extension in host.extensions:
+            if isinstance(extension, McpExtension):
+                return next((s for s in extension.servers if s.name == name), None)
+        return None
+
+    return lookup

@@ -7,6 +7,7 @@ from typing import Any
 from core.api import Tool, TurnContext
 from core.errors import InputError, ToolError
 from core.text import whole_number
+from memory.backend import LocalBackend, MemoryBackend
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
 from memory.notes import NoteWrite, write_notes
@@ -48,8 +49,9 @@ def scope_arg(args: dict[str, Any]) -> str:
 
 
 class MemoryTools:
-    def __init__(self, keeper: MemoryKeeper) -> None:
+    def __init__(self, keeper: MemoryKeeper, backend: MemoryBackend | None = None) -> None:
         self.keeper = keeper
+        self.backend = backend or LocalBackend(keeper)
 
     async def read_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         scope = scope_arg(args)
@@ -65,11 +67,12 @@ class MemoryTools:
     async def search(self, turn: TurnContext, args: dict[str, Any]) -> str:
         query = text_arg(args, "query")
         k = min(max(int_arg(args, "k", 5), 1), MAX_SEARCH_K)
-        ranked = self.keeper.rank(turn.chat.id, query, k)
+        ranked = await self.backend.rank(turn.chat, query, k)
         if not ranked:
             return "no matching memories"
         return "\n".join(
-            f"#{item.memory.id} {item.memory.line()}"
+            (f"#{item.memory.id} " if item.memory.id else "")  # 0: the memory server's own row
+            + item.memory.line()
             + (" (global)" if item.memory.chat_id is None else "")
             for item in ranked
         )
@@ -86,6 +89,7 @@ class MemoryTools:
             )  # fmt: skip
         except InputError as exc:
             raise ToolError(str(exc)) from exc
+        await self.backend.upsert(turn.chat, memory_id)
         return f"saved memory #{memory_id}"
 
     async def update(self, turn: TurnContext, args: dict[str, Any]) -> str:
@@ -95,6 +99,7 @@ class MemoryTools:
             self.keeper.store.update(memory.id, content)
         except InputError as exc:
             raise ToolError(str(exc)) from exc
+        await self.backend.upsert(turn.chat, memory.id)
         return f"updated memory #{memory.id}"
 
     async def delete(self, turn: TurnContext, args: dict[str, Any]) -> str:

@@ -359,6 +359,7 @@ def test_no_function_is_over_fifty_lines() -> None:
 CORE_PARTS = (
     "turn", "tools", "context", "model", "storage", "chat", "cli", "bench", "skills", "mcp",
     "subagents",
+    "web_tools",
 )  # fmt: skip
 CORE_TOP = ("api", "errors", "events", "clock", "text", "config", "plugin")
 NEVER_IMPORTS = {

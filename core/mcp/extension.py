@@ -21,6 +21,7 @@ from core.api import (
 from core.config import Config, McpServerConfig
 from core.errors import ToolError
 from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool, describe
+from core.tools.access import chat_matches
 from core.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -31,13 +32,7 @@ DOCTOR_TIMEOUT_S = 10.0
 def chat_allowed(server: McpServerConfig, control_chats: list[str], chat: Chat) -> bool:
     """Whether `chat` may use `server`: a key in its `chats` (`"*"`, `channel:*`, or exact),
     or, with no `chats` set, a control chat."""
-    patterns = server.chats or control_chats
-    for pattern in patterns:
-        if pattern == "*" or pattern == chat.key:
-            return True
-        if pattern.endswith(":*") and pattern[:-2] == chat.channel:
-            return True
-    return False
+    return chat_matches(server.chats or control_chats, chat, control_chats)
 
 
 class McpTools(ToolSource):
@@ -46,8 +41,13 @@ class McpTools(ToolSource):
     def __init__(self, config: Config, servers: list[McpServer]) -> None:
         self.config = config
         self.servers = servers
+        memory = config.memory
+        # The memory backend's server serves memory (`memory.mcp_backend`), not the model.
+        self.memory_server = memory.mcp_server if memory.backend == "mcp" else ""
 
     def allowed(self, server: McpServer, chat: Chat) -> bool:
+        if server.name == self.memory_server:
+            return False
         return chat_allowed(server.config, self.config.agent.control_chats, chat)
 
     def tools_for(self, chat: Chat) -> list[Tool]:
@@ -167,7 +167,9 @@ def tools_report(registry: ToolRegistry, source: McpTools, chat: Chat) -> str:
     builtin = [tool.name for tool in usable if tool.name not in mcp_names]
     lines = [f"Built-in tools: {', '.join(builtin) or 'none'}"]
     for server in source.servers:
-        if not source.allowed(server, chat):
+        if server.name == source.memory_server:
+            lines.append(f"MCP {server.name}: the memory backend ({server.status()}), not a tool")
+        elif not source.allowed(server, chat):
             lines.append(f"MCP {server.name}: refused in this chat")
         elif server.state != "up":
             lines.append(f"MCP {server.name}: {server.status()}")

@@ -13,6 +13,8 @@ on a server (web tools, `mnemo skills add URL`).
 - Redirects are followed by hand, each one checked the same way, up to `max_redirects`.
 - One deadline covers everything (resolution, connects, redirects, a body that trickles);
   the body is streamed and reading stops at `max_bytes`.
+- A caller may name the content types it reads (`content_types`); any other type is
+  refused from the headers, before the body is read.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class FetchPolicy:
     max_bytes: int = 5_000_000
     timeout_s: float = 20.0
     max_redirects: int = 5
+    # Media types the caller reads (empty: any): `text/` matches a prefix, `+json` a
+    # suffix, anything else exactly. A missing Content-Type passes (the caller sniffs).
+    content_types: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, config: FetchConfig) -> FetchPolicy:
@@ -78,6 +83,23 @@ class FetchPolicy:
 
     def allows_address(self, address: IPAddress) -> bool:
         return any(address in network for network in self.allow_networks)
+
+    def reads_type(self, content_type: str) -> bool:
+        """Whether a body of `content_type` is one the caller reads."""
+        media = media_type(content_type)
+        if not self.content_types or not media:
+            return True
+        return any(
+            media.startswith(kind) if kind.endswith("/")
+            else media.endswith(kind) if kind.startswith("+")
+            else media == kind
+            for kind in self.content_types
+        )  # fmt: skip
+
+
+def media_type(content_type: str) -> str:
+    """`text/html; charset=utf-8` → `text/html`."""
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 def unwrap(address: IPAddress) -> IPAddress:
@@ -208,12 +230,17 @@ async def _follow(client: httpx.AsyncClient, url: str, policy: FetchPolicy) -> F
                 url = urljoin(url, location)
                 redirects.append(url)
                 continue
+            content_type = response.headers.get("Content-Type", "")
+            if not policy.reads_type(content_type):
+                raise FetchRefused(
+                    f"{url} is {media_type(content_type)}, which is refused: only "
+                    f"{', '.join(policy.content_types)} are read"
+                )
             body = await _read_capped(response, policy.max_bytes)
         except httpx.HTTPError as exc:
             raise FetchError(f"{url}: {exc.__class__.__name__}: {exc}") from None
         finally:
             await response.aclose()
-        content_type = response.headers.get("Content-Type", "")
         return FetchResult(url, response.status_code, content_type, body, redirects)
 
 
