@@ -1,9 +1,12 @@
 """The Discord channel: a discord.py client started with `client.start()` inside our loop.
 
 DMs and guild text channels; a thread is its own session (`"<parent>:<thread>"`).
-Commands are `!` prefix commands (`!reset` reaches the core as `/reset`); no application
-commands are registered. Requires the privileged *Message Content* intent (enable it in
-the Developer Portal under Bot → Privileged Gateway Intents), or guild messages arrive empty.
+Every chat command is a slash command (`bots.discord_commands`, synced at start); `!`
+prefix commands (`!reset` reaches the core as `/reset`) also work where the bot can read
+the message. Without the privileged *Message Content* intent (`[discord]
+message_content_intent`, off by default) the bot still reads DMs and the guild messages
+that mention it or reply to it; the intent is needed for `reply_in_guilds = "all"`, for
+guild chatter kept as context and for `!` commands that do not mention the bot.
 
 With `[discord] shard_count` (and `shard_ids`), the client is discord.py's
 `AutoShardedClient` running those shards, so N processes split the guilds between them;
@@ -21,9 +24,15 @@ from typing import Any
 
 import discord
 
+from bots.discord_commands import (
+    INTERACTION_PREFIX,
+    InteractionReply,
+    build_tree,
+    sync_tree,
+)
 from bots.discord_stream import DiscordStreams
 from bots.message_split import split_message
-from core.api import ChatKind, Command, Handler, Inbound, Outbound
+from core.api import Chat, ChatKind, Command, Handler, Inbound, Outbound
 from core.config import DiscordConfig
 
 logger = logging.getLogger(__name__)
@@ -38,6 +47,7 @@ REFUSAL = (
     "to [discord] allowed_user_ids."
 )
 Destination = discord.abc.Messageable
+FindChat = Callable[[str, str], Chat | None]
 
 
 class _MessageEvents:
@@ -46,6 +56,12 @@ class _MessageEvents:
     user: discord.ClientUser | None
     guilds: Sequence[discord.Guild]
     _message_callback: Callable[[discord.Message], Awaitable[None]]
+    setup_callback: Callable[[], Awaitable[None]] | None = None
+
+    async def setup_hook(self) -> None:
+        """After login, before the gateway: the channel syncs its slash commands here."""
+        if self.setup_callback is not None:
+            await self.setup_callback()
 
     async def on_ready(self) -> None:
         logger.info("connected as %s (%d guilds)", self.user, len(self.guilds))
@@ -57,8 +73,10 @@ class _MessageEvents:
 class MnemoDiscordClient(_MessageEvents, discord.Client):
     """A plain client (no discord.ext.commands): every message goes to one callback."""
 
-    def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]]) -> None:
-        super().__init__(**_client_options())
+    def __init__(
+        self, on_message: Callable[[discord.Message], Awaitable[None]], content_intent: bool
+    ) -> None:
+        super().__init__(**_client_options(content_intent))
         self._message_callback = on_message
 
 
@@ -71,8 +89,9 @@ class ShardedMnemoDiscordClient(_MessageEvents, discord.AutoShardedClient):
         on_message: Callable[[discord.Message], Awaitable[None]],
         shard_count: int,
         shard_ids: list[int],
+        content_intent: bool,
     ) -> None:
-        options = _client_options()
+        options = _client_options(content_intent)
         if shard_ids:  # else every shard runs here
             options["shard_ids"] = shard_ids
         super().__init__(shard_count=shard_count, **options)
@@ -84,9 +103,9 @@ class ShardedMnemoDiscordClient(_MessageEvents, discord.AutoShardedClient):
                     self.shard_count, len(self.guilds))  # fmt: skip
 
 
-def _client_options() -> dict[str, Any]:
-    intents = discord.Intents.default()
-    intents.message_content = True  # privileged: enable it in the Developer Portal
+def _client_options(content_intent: bool) -> dict[str, Any]:
+    intents = discord.Intents.default()  # DMs, guild messages; mentions carry their content
+    intents.message_content = content_intent  # privileged: enable it in the Developer Portal
     # The model's text never pings anyone (no @everyone, roles or users).
     return {"intents": intents, "allowed_mentions": discord.AllowedMentions.none()}
 
@@ -95,9 +114,10 @@ def build_client(
     config: DiscordConfig, on_message: Callable[[discord.Message], Awaitable[None]]
 ) -> discord.Client:
     """The sharded client when `shard_count` is set, else the plain one."""
+    intent = config.message_content_intent
     if config.shard_count is None:
-        return MnemoDiscordClient(on_message)
-    return ShardedMnemoDiscordClient(on_message, config.shard_count, config.shard_ids)
+        return MnemoDiscordClient(on_message, intent)
+    return ShardedMnemoDiscordClient(on_message, config.shard_count, config.shard_ids, intent)
 
 
 class DiscordChannel:
@@ -105,10 +125,17 @@ class DiscordChannel:
 
     name = "discord"
 
-    def __init__(self, config: DiscordConfig, commands: list[Command]) -> None:
+    def __init__(
+        self, config: DiscordConfig, commands: list[Command], find_chat: FindChat | None = None
+    ) -> None:
         self.config = config
         self.command_names = {command.name for command in commands}
         self.client = build_client(config, self._on_message)
+        self.find_chat = find_chat  # for autocomplete (a chat's memories); None: no suggestions
+        self.tree = build_tree(self.client, commands, self._run_slash, self._suggest)
+        self._interactions: dict[str, InteractionReply] = {}  # by Inbound.message_id
+        if config.slash_commands:
+            self.client.setup_callback = self.sync_commands  # type: ignore[attr-defined]
         self._handler: Handler | None = None
         self._destinations: dict[str, Destination] = {}
         self._refused: set[int] = set()
@@ -125,6 +152,63 @@ class DiscordChannel:
         self.bind(handler)
         async with self.client:
             await self.client.start(self.config.token)
+
+    async def sync_commands(self) -> None:
+        await sync_tree(self.tree, self.config.command_guild_id)
+
+    # --- slash commands ----------------------------------------------------------------
+
+    async def _run_slash(
+        self, interaction: discord.Interaction, command: Command, args: str
+    ) -> None:
+        """`/name args` through the core; the reply answers the interaction (in `send`)."""
+        inbound = self.interaction_inbound(interaction, f"/{command.name} {args}".strip())
+        if self._handler is None or inbound is None:
+            refusal = REFUSAL.format(user_id=interaction.user.id)
+            await interaction.response.send_message(refusal, ephemeral=True)
+            return
+        if isinstance(interaction.channel, discord.abc.Messageable):
+            self._destinations[inbound.chat_id] = interaction.channel
+        reply = InteractionReply(interaction, command.private)
+        self._interactions[inbound.message_id] = reply
+        try:
+            await reply.answered_by(self._answer(inbound))
+        finally:
+            self._interactions.pop(inbound.message_id, None)
+
+    async def _answer(self, inbound: Inbound) -> None:
+        assert self._handler is not None
+        reply = await self._handler(inbound)
+        if reply is not None:
+            await self.send(reply)
+
+    def _suggest(
+        self, interaction: discord.Interaction, command: Command, typed: str
+    ) -> list[tuple[str, str]]:
+        """Autocomplete for `command`'s option in the interaction's chat (none for a user
+        or place the bot does not serve)."""
+        inbound = self.interaction_inbound(interaction, "")
+        if command.option is None or command.option.suggest is None or inbound is None:
+            return []
+        chat = self.find_chat(CHANNEL, inbound.chat_id) if self.find_chat else None
+        return [] if chat is None else command.option.suggest(chat, typed)
+
+    def interaction_inbound(self, interaction: discord.Interaction, text: str) -> Inbound | None:
+        """The `Inbound` of a slash command, or None when the user or place is not allowed."""
+        user, channel = interaction.user, interaction.channel
+        users = self.config.allowed_user_ids
+        if users and user.id not in users:
+            return None
+        chat_id, kind, title = str(interaction.channel_id), "private", ""
+        if interaction.guild_id is not None:
+            if not self._place_allowed(interaction.guild_id, channel):
+                return None
+            chat_id, kind = _guild_chat_key(channel)
+            guild_name = interaction.guild.name if interaction.guild else ""
+            title = f"{guild_name} #{getattr(channel, 'name', '')}".strip()
+        return Inbound(CHANNEL, chat_id, text, str(user.id), user.display_name, kind, title,
+                       True, f"{INTERACTION_PREFIX}{interaction.id}",
+                       is_moderator(user))  # fmt: skip
 
     # --- inbound ---------------------------------------------------------------------
 
@@ -205,14 +289,18 @@ class DiscordChannel:
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
     def _guild_allowed(self, message: discord.Message) -> bool:
+        guild_id = message.guild.id if message.guild else None
+        return self._place_allowed(guild_id, message.channel)
+
+    def _place_allowed(self, guild_id: int | None, channel: object) -> bool:
         guilds, channels = self.config.allowed_guild_ids, self.config.allowed_channel_ids
-        if guilds and (message.guild is None or message.guild.id not in guilds):
+        if guilds and guild_id not in guilds:
             return False
         if not channels:
             return True
-        channel = message.channel
+        channel_id = getattr(channel, "id", None)
         parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
-        return channel.id in channels or parent_id in channels
+        return channel_id in channels or parent_id in channels
 
     async def _dm_allowed(self, message: discord.Message) -> bool:
         users = self.config.allowed_user_ids
@@ -271,7 +359,11 @@ class DiscordChannel:
 
     async def send(self, message: Outbound) -> None:
         """Deliver a reply in parts of at most 2,000 characters; in guilds the first replies.
-        A reply shown as it grew takes its final text in the messages that showed it."""
+        A reply shown as it grew takes its final text in the messages that showed it; a
+        slash command's reply answers its interaction."""
+        if message.reply_to.startswith(INTERACTION_PREFIX):
+            await self._answer_interaction(message)
+            return
         destination = await self._destination(message.chat_id)
         stream = self.streams.current(message)
         if stream is not None and stream.messages:
@@ -285,6 +377,14 @@ class DiscordChannel:
             else:
                 await destination.send(part)
         self.streams.close(message)
+
+    async def _answer_interaction(self, message: Outbound) -> None:
+        pending = self._interactions.get(message.reply_to)
+        if pending is None:  # its 15 minutes are over (a restart): it cannot be answered
+            logger.warning("dropped the reply to %s in %s: the interaction is gone",
+                           message.reply_to, message.chat_id)  # fmt: skip
+            return
+        await pending.send(message.text)
 
     async def _destination(self, chat_id: str) -> Destination:
         known = self._destinations.get(chat_id)
