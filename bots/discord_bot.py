@@ -199,7 +199,8 @@ class DiscordChannel:
         users = self.config.allowed_user_ids
         if users and user.id not in users:
             return None
-        chat_id, kind, title = str(interaction.channel_id), "private", ""
+        chat_id, title = str(interaction.channel_id), ""
+        kind: ChatKind = "private"
         if interaction.guild_id is not None:
             if not self._place_allowed(interaction.guild_id, channel):
                 return None

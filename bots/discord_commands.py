@@ -65,10 +65,10 @@ def slash_command(
     async def optional(interaction: discord.Interaction, text: str = "") -> None:
         await run(interaction, command, text)
 
-    callback: Callable[..., Awaitable[None]] = required if option.required else optional
+    callback: Any = required if option.required else optional
     callback = app_commands.rename(text=option.name)(callback)
     callback = app_commands.describe(text=_text(option.description, DESCRIPTION_CHARS))(callback)
-    slash = app_commands.Command(
+    slash: app_commands.Command[Any, Any, Any] = app_commands.Command(
         name=command.name,
         description=_text(command.description, DESCRIPTION_CHARS),
         callback=callback,
