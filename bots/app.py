@@ -36,6 +36,12 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
 
         commands = runtime.extensions.command_list()
         channels.append(DiscordChannel(config.discord, commands, runtime.store.find_chat))
+    if config.web.enabled:  # the dashboard's chat page is a channel too
+        from bots.web.extension import WebExtension
+
+        for extension in runtime.extensions:
+            if isinstance(extension, WebExtension):
+                channels.append(extension.chat_channel())
     terminal = config.terminal.enabled
     if terminal is None:
         terminal = sys.stdin.isatty()

@@ -273,6 +273,7 @@ class WebConfig(Section):
     # Host names the dashboard answers to besides loopback's (the name a proxy forwards).
     allowed_hosts: list[str] = Field(default_factory=list)
     behind_tls: bool = False  # true: a TLS proxy is in front, so binding off loopback is fine
+    chat_streaming: bool = True  # the chat page shows a reply as it grows
 
     @field_validator("token")
     @classmethod
