@@ -136,6 +136,10 @@ class DiscordChannel:
         self._interactions: dict[str, InteractionReply] = {}  # by Inbound.message_id
         if config.slash_commands:
             self.client.setup_callback = self.sync_commands  # type: ignore[attr-defined]
+        if config.reply_in_guilds == "all" and not config.message_content_intent:
+            logger.warning("[discord] reply_in_guilds = \"all\" needs message_content_intent ="
+                           " true (and the intent on in the Developer Portal); without it the"
+                           " bot reads only mentions, replies to it and DMs")  # fmt: skip
         self._handler: Handler | None = None
         self._destinations: dict[str, Destination] = {}
         self._refused: set[int] = set()

@@ -16,7 +16,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from core.api import Handler, Inbound, Outbound
 
@@ -58,7 +58,7 @@ class WebChatChannel:
         self.streaming = streaming
         self._handler: Handler | None = None
         self._listening: dict[str, asyncio.Queue[ChatEvent]] = {}  # message id → its page
-        self._turns: set[asyncio.Task[Outbound | None]] = set()
+        self._turns: set[asyncio.Future[Outbound | None]] = set()
 
     def bind(self, handler: Handler) -> None:
         self._handler = handler
@@ -96,7 +96,7 @@ class WebChatChannel:
         self._listening[message_id] = queue
         inbound = Inbound(CHANNEL, chat_name, text, SENDER_ID, SENDER_NAME, "private",
                           f"Dashboard chat {chat_name}", True, message_id)  # fmt: skip
-        turn = asyncio.create_task(self._handler(inbound), name=f"web-chat-{chat_name}")
+        turn: asyncio.Future[Outbound | None] = asyncio.ensure_future(self._handler(inbound))
         self._turns.add(turn)  # kept to the end even if the page goes away
         turn.add_done_callback(self._turns.discard)
         try:
@@ -107,7 +107,7 @@ class WebChatChannel:
 
 
 async def _events(
-    queue: asyncio.Queue[ChatEvent], turn: asyncio.Task[Outbound | None]
+    queue: asyncio.Queue[ChatEvent], turn: asyncio.Future[Outbound | None]
 ) -> AsyncIterator[ChatEvent]:
     """The queue's events until a final one; if the turn ends without sending one (the
     reply was returned instead, or none was due), that ends the stream."""
@@ -116,9 +116,13 @@ async def _events(
             yield _ending(turn)
             return
         getting = asyncio.ensure_future(queue.get())
-        await asyncio.wait({getting, turn}, return_when=asyncio.FIRST_COMPLETED)
-        if not getting.done():
-            getting.cancel()
+        waiting: set[asyncio.Future[Any]] = {getting, turn}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when the page went away mid-wait
+            if not getting.done():
+                getting.cancel()
+        if getting.cancelled():
             continue
         event = getting.result()
         yield event
@@ -126,7 +130,7 @@ async def _events(
             return
 
 
-def _ending(turn: asyncio.Task[Outbound | None]) -> ChatEvent:
+def _ending(turn: asyncio.Future[Outbound | None]) -> ChatEvent:
     if turn.cancelled() or turn.exception() is not None:
         return ChatEvent("error", "Sorry, something went wrong; your message may not be saved.")
     reply = turn.result()
