@@ -24,6 +24,13 @@ from typing import Any
 
 import discord
 
+from bots.discord_access import (
+    CHANNEL,
+    guild_chat_key,
+    interaction_inbound,
+    is_moderator,
+    place_allowed,
+)
 from bots.discord_commands import (
     INTERACTION_PREFIX,
     InteractionReply,
@@ -37,7 +44,6 @@ from core.config import DiscordConfig
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "discord"
 DISCORD_LIMIT = 2000
 STARTUP_WAIT_S = 60.0
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic")
@@ -166,7 +172,7 @@ class DiscordChannel:
         self, interaction: discord.Interaction, command: Command, args: str
     ) -> None:
         """`/name args` through the core; the reply answers the interaction (in `send`)."""
-        inbound = self.interaction_inbound(interaction, f"/{command.name} {args}".strip())
+        inbound = interaction_inbound(self.config, interaction, f"/{command.name} {args}".strip())
         if self._handler is None or inbound is None:
             refusal = REFUSAL.format(user_id=interaction.user.id)
             await interaction.response.send_message(refusal, ephemeral=True)
@@ -191,29 +197,11 @@ class DiscordChannel:
     ) -> list[tuple[str, str]]:
         """Autocomplete for `command`'s option in the interaction's chat (none for a user
         or place the bot does not serve)."""
-        inbound = self.interaction_inbound(interaction, "")
+        inbound = interaction_inbound(self.config, interaction, "")
         if command.option is None or command.option.suggest is None or inbound is None:
             return []
         chat = self.find_chat(CHANNEL, inbound.chat_id) if self.find_chat else None
         return [] if chat is None else command.option.suggest(chat, typed)
-
-    def interaction_inbound(self, interaction: discord.Interaction, text: str) -> Inbound | None:
-        """The `Inbound` of a slash command, or None when the user or place is not allowed."""
-        user, channel = interaction.user, interaction.channel
-        users = self.config.allowed_user_ids
-        if users and user.id not in users:
-            return None
-        chat_id, title = str(interaction.channel_id), ""
-        kind: ChatKind = "private"
-        if interaction.guild_id is not None:
-            if not self._place_allowed(interaction.guild_id, channel):
-                return None
-            chat_id, kind = _guild_chat_key(channel)
-            guild_name = interaction.guild.name if interaction.guild else ""
-            title = f"{guild_name} #{getattr(channel, 'name', '')}".strip()
-        return Inbound(CHANNEL, chat_id, text, str(user.id), user.display_name, kind, title,
-                       True, f"{INTERACTION_PREFIX}{interaction.id}",
-                       is_moderator(user))  # fmt: skip
 
     # --- inbound ---------------------------------------------------------------------
 
@@ -243,7 +231,7 @@ class DiscordChannel:
             return self._inbound(message, text, str(message.channel.id), "private", True)
         if not self._guild_allowed(message):
             return None
-        chat_id, kind = _guild_chat_key(message.channel)
+        chat_id, kind = guild_chat_key(message.channel)
         addressed = self._addresses_bot(message, text)
         respond = addressed or self.config.reply_in_guilds == "all"
         users = self.config.allowed_user_ids
@@ -295,17 +283,7 @@ class DiscordChannel:
 
     def _guild_allowed(self, message: discord.Message) -> bool:
         guild_id = message.guild.id if message.guild else None
-        return self._place_allowed(guild_id, message.channel)
-
-    def _place_allowed(self, guild_id: int | None, channel: object) -> bool:
-        guilds, channels = self.config.allowed_guild_ids, self.config.allowed_channel_ids
-        if guilds and guild_id not in guilds:
-            return False
-        if not channels:
-            return True
-        channel_id = getattr(channel, "id", None)
-        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
-        return channel_id in channels or parent_id in channels
+        return place_allowed(self.config, guild_id, message.channel)
 
     async def _dm_allowed(self, message: discord.Message) -> bool:
         users = self.config.allowed_user_ids
@@ -414,13 +392,6 @@ def _reference(destination: Destination, message: Outbound) -> discord.MessageRe
     return reference
 
 
-def _guild_chat_key(channel: object) -> tuple[str, ChatKind]:
-    """A guild channel's chat id; a thread is keyed by its parent and itself."""
-    if isinstance(channel, discord.Thread):
-        return f"{channel.parent_id}:{channel.id}", "thread"
-    return str(getattr(channel, "id", "")), "group"
-
-
 def _first_word(text: str) -> str:
     return (text.split(maxsplit=1) or [""])[0]
 
@@ -430,9 +401,3 @@ def _attachment_placeholder(attachment: discord.Attachment) -> str:
     if content_type.startswith("image/") or attachment.filename.lower().endswith(IMAGE_SUFFIXES):
         return "[image]"
     return f"[file: {attachment.filename}]"
-
-
-def is_moderator(author: discord.User | discord.Member) -> bool:
-    """A guild member who may manage others' messages (so may forget others' memories);
-    read from the member's cached permissions, no API call."""
-    return isinstance(author, discord.Member) and author.guild_permissions.manage_messages
