@@ -32,6 +32,7 @@ from bots.discord_access import (
     place_allowed,
 )
 from bots.discord_commands import (
+    DEFER_AFTER_S,
     INTERACTION_PREFIX,
     InteractionReply,
     build_tree,
@@ -140,6 +141,7 @@ class DiscordChannel:
         self.find_chat = find_chat  # for autocomplete (a chat's memories); None: no suggestions
         self.tree = build_tree(self.client, commands, self._run_slash, self._suggest)
         self._interactions: dict[str, InteractionReply] = {}  # by Inbound.message_id
+        self.defer_after_s = DEFER_AFTER_S  # a slower answer shows "thinking…" first
         if config.slash_commands:
             self.client.setup_callback = self.sync_commands  # type: ignore[attr-defined]
         if config.reply_in_guilds == "all" and not config.message_content_intent:
@@ -179,7 +181,7 @@ class DiscordChannel:
             return
         if isinstance(interaction.channel, discord.abc.Messageable):
             self._destinations[inbound.chat_id] = interaction.channel
-        reply = InteractionReply(interaction, command.private)
+        reply = InteractionReply(interaction, command.private, self.defer_after_s)
         self._interactions[inbound.message_id] = reply
         try:
             await reply.answered_by(self._answer(inbound))

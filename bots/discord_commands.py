@@ -122,14 +122,17 @@ async def sync_tree(tree: app_commands.CommandTree[Any], guild_id: int | None) -
 class InteractionReply:
     """Answering one interaction: at once when the core is quick, else deferred first."""
 
-    def __init__(self, interaction: discord.Interaction, ephemeral: bool) -> None:
+    def __init__(
+        self, interaction: discord.Interaction, ephemeral: bool, defer_after_s: float
+    ) -> None:
         self.interaction = interaction
         self.ephemeral = ephemeral
+        self.defer_after_s = defer_after_s
         self._lock = asyncio.Lock()
 
-    async def defer_after(self, delay_s: float = DEFER_AFTER_S) -> None:
-        """Show "thinking…" if no answer went out within `delay_s`."""
-        await asyncio.sleep(delay_s)
+    async def defer_after(self) -> None:
+        """Show "thinking…" if no answer went out within `defer_after_s`."""
+        await asyncio.sleep(self.defer_after_s)
         async with self._lock:
             if not self.interaction.response.is_done():
                 await self.interaction.response.defer(ephemeral=self.ephemeral, thinking=True)

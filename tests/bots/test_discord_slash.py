@@ -164,3 +164,15 @@ async def test_mentions_and_dms_are_answered_without_the_message_content_intent(
     dm_posts = f"/channels/{world.dm_channel_id}/messages"
     [dm_reply] = await asyncio.to_thread(wire.api.wait_for, "POST", dm_posts)
     assert dm_reply.body["content"] == "echo: hello in private"
+
+
+async def test_a_slow_answer_is_deferred_then_followed_up_privately(wire: Wire) -> None:
+    await wire.remember(str(wire.world.channel_id), "the cat is called Miso")
+    wire.channel.defer_after_s = 0.0  # the core counts as slow at once
+    payload = wire.world.interaction(COMMAND, "memory", [])
+    deferral = await wire.callback(payload)
+    assert deferral.body["type"] == 5  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE ("thinking…")
+    assert deferral.body["data"]["flags"] & EPHEMERAL
+    follow = f"/webhooks/{APP_ID}/{payload['token']}"
+    [follow_up] = await asyncio.to_thread(wire.api.wait_for, "POST", follow)
+    assert "Miso" in follow_up.body["content"] and follow_up.body["flags"] & EPHEMERAL
