@@ -34,7 +34,14 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
     if config.discord.enabled and config.discord.token:
         from bots.discord_bot import DiscordChannel
 
-        channels.append(DiscordChannel(config.discord, runtime.extensions.command_list()))
+        commands = runtime.extensions.command_list()
+        channels.append(DiscordChannel(config.discord, commands, runtime.store.find_chat))
+    if config.web.enabled:  # the dashboard's chat page is a channel too
+        from bots.web.extension import WebExtension
+
+        for extension in runtime.extensions:
+            if isinstance(extension, WebExtension):
+                channels.append(extension.chat_channel())
     terminal = config.terminal.enabled
     if terminal is None:
         terminal = sys.stdin.isatty()

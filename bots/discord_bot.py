@@ -1,9 +1,12 @@
 """The Discord channel: a discord.py client started with `client.start()` inside our loop.
 
 DMs and guild text channels; a thread is its own session (`"<parent>:<thread>"`).
-Commands are `!` prefix commands (`!reset` reaches the core as `/reset`); no application
-commands are registered. Requires the privileged *Message Content* intent (enable it in
-the Developer Portal under Bot → Privileged Gateway Intents), or guild messages arrive empty.
+Every chat command is a slash command (`bots.discord_commands`, synced at start); `!`
+prefix commands (`!reset` reaches the core as `/reset`) also work where the bot can read
+the message. Without the privileged *Message Content* intent (`[discord]
+message_content_intent`, off by default) the bot still reads DMs and the guild messages
+that mention it or reply to it; the intent is needed for `reply_in_guilds = "all"`, for
+guild chatter kept as context and for `!` commands that do not mention the bot.
 
 With `[discord] shard_count` (and `shard_ids`), the client is discord.py's
 `AutoShardedClient` running those shards, so N processes split the guilds between them;
@@ -21,14 +24,27 @@ from typing import Any
 
 import discord
 
+from bots.discord_access import (
+    CHANNEL,
+    guild_chat_key,
+    interaction_inbound,
+    is_moderator,
+    place_allowed,
+)
+from bots.discord_commands import (
+    DEFER_AFTER_S,
+    INTERACTION_PREFIX,
+    InteractionReply,
+    build_tree,
+    sync_tree,
+)
 from bots.discord_stream import DiscordStreams
 from bots.message_split import split_message
-from core.api import ChatKind, Command, Handler, Inbound, Outbound
+from core.api import Chat, ChatKind, Command, Handler, Inbound, Outbound
 from core.config import DiscordConfig
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "discord"
 DISCORD_LIMIT = 2000
 STARTUP_WAIT_S = 60.0
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".heic")
@@ -38,6 +54,7 @@ REFUSAL = (
     "to [discord] allowed_user_ids."
 )
 Destination = discord.abc.Messageable
+FindChat = Callable[[str, str], Chat | None]
 
 
 class _MessageEvents:
@@ -46,6 +63,12 @@ class _MessageEvents:
     user: discord.ClientUser | None
     guilds: Sequence[discord.Guild]
     _message_callback: Callable[[discord.Message], Awaitable[None]]
+    setup_callback: Callable[[], Awaitable[None]] | None = None
+
+    async def setup_hook(self) -> None:
+        """After login, before the gateway: the channel syncs its slash commands here."""
+        if self.setup_callback is not None:
+            await self.setup_callback()
 
     async def on_ready(self) -> None:
         logger.info("connected as %s (%d guilds)", self.user, len(self.guilds))
@@ -57,8 +80,10 @@ class _MessageEvents:
 class MnemoDiscordClient(_MessageEvents, discord.Client):
     """A plain client (no discord.ext.commands): every message goes to one callback."""
 
-    def __init__(self, on_message: Callable[[discord.Message], Awaitable[None]]) -> None:
-        super().__init__(**_client_options())
+    def __init__(
+        self, on_message: Callable[[discord.Message], Awaitable[None]], content_intent: bool
+    ) -> None:
+        super().__init__(**_client_options(content_intent))
         self._message_callback = on_message
 
 
@@ -71,8 +96,9 @@ class ShardedMnemoDiscordClient(_MessageEvents, discord.AutoShardedClient):
         on_message: Callable[[discord.Message], Awaitable[None]],
         shard_count: int,
         shard_ids: list[int],
+        content_intent: bool,
     ) -> None:
-        options = _client_options()
+        options = _client_options(content_intent)
         if shard_ids:  # else every shard runs here
             options["shard_ids"] = shard_ids
         super().__init__(shard_count=shard_count, **options)
@@ -84,9 +110,9 @@ class ShardedMnemoDiscordClient(_MessageEvents, discord.AutoShardedClient):
                     self.shard_count, len(self.guilds))  # fmt: skip
 
 
-def _client_options() -> dict[str, Any]:
-    intents = discord.Intents.default()
-    intents.message_content = True  # privileged: enable it in the Developer Portal
+def _client_options(content_intent: bool) -> dict[str, Any]:
+    intents = discord.Intents.default()  # DMs, guild messages; mentions carry their content
+    intents.message_content = content_intent  # privileged: enable it in the Developer Portal
     # The model's text never pings anyone (no @everyone, roles or users).
     return {"intents": intents, "allowed_mentions": discord.AllowedMentions.none()}
 
@@ -95,9 +121,10 @@ def build_client(
     config: DiscordConfig, on_message: Callable[[discord.Message], Awaitable[None]]
 ) -> discord.Client:
     """The sharded client when `shard_count` is set, else the plain one."""
+    intent = config.message_content_intent
     if config.shard_count is None:
-        return MnemoDiscordClient(on_message)
-    return ShardedMnemoDiscordClient(on_message, config.shard_count, config.shard_ids)
+        return MnemoDiscordClient(on_message, intent)
+    return ShardedMnemoDiscordClient(on_message, config.shard_count, config.shard_ids, intent)
 
 
 class DiscordChannel:
@@ -105,10 +132,22 @@ class DiscordChannel:
 
     name = "discord"
 
-    def __init__(self, config: DiscordConfig, commands: list[Command]) -> None:
+    def __init__(
+        self, config: DiscordConfig, commands: list[Command], find_chat: FindChat | None = None
+    ) -> None:
         self.config = config
         self.command_names = {command.name for command in commands}
         self.client = build_client(config, self._on_message)
+        self.find_chat = find_chat  # for autocomplete (a chat's memories); None: no suggestions
+        self.tree = build_tree(self.client, commands, self._run_slash, self._suggest)
+        self._interactions: dict[str, InteractionReply] = {}  # by Inbound.message_id
+        self.defer_after_s = DEFER_AFTER_S  # a slower answer shows "thinking…" first
+        if config.slash_commands:
+            self.client.setup_callback = self.sync_commands  # type: ignore[attr-defined]
+        if config.reply_in_guilds == "all" and not config.message_content_intent:
+            logger.warning("[discord] reply_in_guilds = \"all\" needs message_content_intent ="
+                           " true (and the intent on in the Developer Portal); without it the"
+                           " bot reads only mentions, replies to it and DMs")  # fmt: skip
         self._handler: Handler | None = None
         self._destinations: dict[str, Destination] = {}
         self._refused: set[int] = set()
@@ -125,6 +164,46 @@ class DiscordChannel:
         self.bind(handler)
         async with self.client:
             await self.client.start(self.config.token)
+
+    async def sync_commands(self) -> None:
+        await sync_tree(self.tree, self.config.command_guild_id)
+
+    # --- slash commands ----------------------------------------------------------------
+
+    async def _run_slash(
+        self, interaction: discord.Interaction, command: Command, args: str
+    ) -> None:
+        """`/name args` through the core; the reply answers the interaction (in `send`)."""
+        inbound = interaction_inbound(self.config, interaction, f"/{command.name} {args}".strip())
+        if self._handler is None or inbound is None:
+            refusal = REFUSAL.format(user_id=interaction.user.id)
+            await interaction.response.send_message(refusal, ephemeral=True)
+            return
+        if isinstance(interaction.channel, discord.abc.Messageable):
+            self._destinations[inbound.chat_id] = interaction.channel
+        reply = InteractionReply(interaction, command.private, self.defer_after_s)
+        self._interactions[inbound.message_id] = reply
+        try:
+            await reply.answered_by(self._answer(inbound))
+        finally:
+            self._interactions.pop(inbound.message_id, None)
+
+    async def _answer(self, inbound: Inbound) -> None:
+        assert self._handler is not None
+        reply = await self._handler(inbound)
+        if reply is not None:
+            await self.send(reply)
+
+    def _suggest(
+        self, interaction: discord.Interaction, command: Command, typed: str
+    ) -> list[tuple[str, str]]:
+        """Autocomplete for `command`'s option in the interaction's chat (none for a user
+        or place the bot does not serve)."""
+        inbound = interaction_inbound(self.config, interaction, "")
+        if command.option is None or command.option.suggest is None or inbound is None:
+            return []
+        chat = self.find_chat(CHANNEL, inbound.chat_id) if self.find_chat else None
+        return [] if chat is None else command.option.suggest(chat, typed)
 
     # --- inbound ---------------------------------------------------------------------
 
@@ -154,7 +233,7 @@ class DiscordChannel:
             return self._inbound(message, text, str(message.channel.id), "private", True)
         if not self._guild_allowed(message):
             return None
-        chat_id, kind = _guild_chat_key(message.channel)
+        chat_id, kind = guild_chat_key(message.channel)
         addressed = self._addresses_bot(message, text)
         respond = addressed or self.config.reply_in_guilds == "all"
         users = self.config.allowed_user_ids
@@ -205,14 +284,8 @@ class DiscordChannel:
         return isinstance(resolved, discord.Message) and resolved.author.id == me.id
 
     def _guild_allowed(self, message: discord.Message) -> bool:
-        guilds, channels = self.config.allowed_guild_ids, self.config.allowed_channel_ids
-        if guilds and (message.guild is None or message.guild.id not in guilds):
-            return False
-        if not channels:
-            return True
-        channel = message.channel
-        parent_id = channel.parent_id if isinstance(channel, discord.Thread) else None
-        return channel.id in channels or parent_id in channels
+        guild_id = message.guild.id if message.guild else None
+        return place_allowed(self.config, guild_id, message.channel)
 
     async def _dm_allowed(self, message: discord.Message) -> bool:
         users = self.config.allowed_user_ids
@@ -271,7 +344,11 @@ class DiscordChannel:
 
     async def send(self, message: Outbound) -> None:
         """Deliver a reply in parts of at most 2,000 characters; in guilds the first replies.
-        A reply shown as it grew takes its final text in the messages that showed it."""
+        A reply shown as it grew takes its final text in the messages that showed it; a
+        slash command's reply answers its interaction."""
+        if message.reply_to.startswith(INTERACTION_PREFIX):
+            await self._answer_interaction(message)
+            return
         destination = await self._destination(message.chat_id)
         stream = self.streams.current(message)
         if stream is not None and stream.messages:
@@ -285,6 +362,14 @@ class DiscordChannel:
             else:
                 await destination.send(part)
         self.streams.close(message)
+
+    async def _answer_interaction(self, message: Outbound) -> None:
+        pending = self._interactions.get(message.reply_to)
+        if pending is None:  # its 15 minutes are over (a restart): it cannot be answered
+            logger.warning("dropped the reply to %s in %s: the interaction is gone",
+                           message.reply_to, message.chat_id)  # fmt: skip
+            return
+        await pending.send(message.text)
 
     async def _destination(self, chat_id: str) -> Destination:
         known = self._destinations.get(chat_id)
@@ -309,13 +394,6 @@ def _reference(destination: Destination, message: Outbound) -> discord.MessageRe
     return reference
 
 
-def _guild_chat_key(channel: object) -> tuple[str, ChatKind]:
-    """A guild channel's chat id; a thread is keyed by its parent and itself."""
-    if isinstance(channel, discord.Thread):
-        return f"{channel.parent_id}:{channel.id}", "thread"
-    return str(getattr(channel, "id", "")), "group"
-
-
 def _first_word(text: str) -> str:
     return (text.split(maxsplit=1) or [""])[0]
 
@@ -325,9 +403,3 @@ def _attachment_placeholder(attachment: discord.Attachment) -> str:
     if content_type.startswith("image/") or attachment.filename.lower().endswith(IMAGE_SUFFIXES):
         return "[image]"
     return f"[file: {attachment.filename}]"
-
-
-def is_moderator(author: discord.User | discord.Member) -> bool:
-    """A guild member who may manage others' messages (so may forget others' memories);
-    read from the member's cached permissions, no API call."""
-    return isinstance(author, discord.Member) and author.guild_permissions.manage_messages

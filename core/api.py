@@ -30,6 +30,7 @@ __all__ = [
     "Check",
     "Command",
     "CommandHandler",
+    "CommandOption",
     "ContextSection",
     "Extension",
     "Handler",
@@ -90,15 +91,33 @@ class TurnContext:
 
 
 CommandHandler = Callable[[TurnContext, str], Awaitable[str]]
+# (the chat, what the user typed so far) → up to 25 (value, label) pairs; reads only.
+Suggester = Callable[[Chat, str], list[tuple[str, str]]]
+
+
+@dataclass(frozen=True)
+class CommandOption:
+    """The one argument (`args`) a command takes, for platforms with typed commands
+    (Discord's slash commands): its name, help, and suggestions as the user types."""
+
+    name: str
+    description: str
+    required: bool = False
+    suggest: Suggester | None = None
 
 
 @dataclass(frozen=True)
 class Command:
-    """A chat command: `/name args`. The handler returns the reply text."""
+    """A chat command: `/name args`. The handler returns the reply text.
+
+    `option` describes `args` (None: the command takes none); `private` replies are
+    shown only to the asker where the platform can (Discord's ephemeral replies)."""
 
     name: str
     description: str
     handler: CommandHandler
+    option: CommandOption | None = None
+    private: bool = False
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,13 @@ class DiscordConfig(Section):
     # no sharding). Discord sends DMs to shard 0 only.
     shard_count: int | None = Field(default=None, ge=1)
     shard_ids: list[int] = Field(default_factory=list)
+    # Slash commands: every chat command as an application command, synced at start to
+    # `command_guild_id` (at once; for testing) or globally (unset; may take up to an hour).
+    slash_commands: bool = True
+    command_guild_id: int | None = None
+    # The privileged Message Content intent: needed only to read guild messages that do not
+    # mention the bot (`reply_in_guilds = "all"`, guild chatter kept as context, `!` commands).
+    message_content_intent: bool = False
 
     @field_validator("shard_ids")
     @classmethod
@@ -286,6 +293,7 @@ class WebConfig(Section):
     # Host names the dashboard answers to besides loopback's (the name a proxy forwards).
     allowed_hosts: list[str] = Field(default_factory=list)
     behind_tls: bool = False  # true: a TLS proxy is in front, so binding off loopback is fine
+    chat_streaming: bool = True  # the chat page shows a reply as it grows
 
     @field_validator("token")
     @classmethod

@@ -9,6 +9,7 @@ from core.api import (
     ChatDataSection,
     Check,
     Command,
+    CommandOption,
     ContextSection,
     Extension,
     Tool,
@@ -29,6 +30,7 @@ from memory.tools import MemoryTools
 logger = logging.getLogger(__name__)
 
 LIST_LIMIT = 50
+SUGGESTIONS = 25  # Discord shows at most 25 choices
 
 
 class MemoryExtension(Extension):
@@ -58,9 +60,28 @@ class MemoryExtension(Extension):
 
     def commands(self) -> list[Command]:
         return [
-            Command("memory", "list what I remember about this chat", self.memory_command),
-            Command("forget", "forget a remembered fact: /forget ID", self.forget_command),
+            Command(
+                "memory", "list what I remember about this chat", self.memory_command, private=True
+            ),
+            Command(
+                "forget",
+                "forget a remembered fact: /forget ID",
+                self.forget_command,
+                CommandOption("id", "the memory's number (#12)", True, self.suggest_forgettable),
+            ),
         ]
+
+    def suggest_forgettable(self, chat: Chat, typed: str) -> list[tuple[str, str]]:
+        """The chat's own memories whose number or text contains `typed`, newest first, as
+        (id, label) pairs for `/forget`'s autocomplete."""
+        needle = typed.strip().lstrip("#").lower()
+        memories = self.keeper.store.list(chat.id, include_global=False)
+        found = [
+            (str(m.id), f"#{m.id} {m.line()}")
+            for m in reversed(memories)
+            if needle in str(m.id) or needle in m.content.lower()
+        ]
+        return found[:SUGGESTIONS]
 
     def help_lines(self) -> list[str]:
         return [

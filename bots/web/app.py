@@ -20,6 +20,8 @@ from starlette.templating import Jinja2Templates
 
 from bots.web.actions import Actions
 from bots.web.auth import Gate, GateMiddleware
+from bots.web.chat import WebChatChannel
+from bots.web.chat_page import ChatPage
 from bots.web.dashboard import Dashboard
 from bots.web.door import LoginThrottle, allowed_hosts
 from bots.web.pages import Pages
@@ -47,11 +49,14 @@ def build_app(
     token: str,
     hosts: frozenset[str] = LOOPBACK,
     throttle: LoginThrottle | None = None,
+    chat: WebChatChannel | None = None,
 ) -> Starlette:
     """The dashboard over `dashboard`, opened by `token`, answering to the Host names
-    `hosts` (default: loopback's), failed logins slowed by `throttle`."""
+    `hosts` (default: loopback's), failed logins slowed by `throttle`; with `chat`, the
+    chat page talks to the bot through it."""
     gate = Gate(token, throttle)
     pages = Pages(dashboard, Jinja2Templates(directory=str(HERE / "templates")))
+    talk = ChatPage(dashboard, pages, chat).routes() if chat is not None else []
 
     async def error_page(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -60,7 +65,7 @@ def build_app(
         return pages.render(request, "error.html", exc.status_code, error=exc.detail)
 
     return Starlette(
-        routes=routes(dashboard, pages, Actions(dashboard, gate, pages)),
+        routes=[*talk, *routes(dashboard, pages, Actions(dashboard, gate, pages))],
         middleware=[Middleware(GateMiddleware, gate=gate, hosts=hosts)],
         exception_handlers={HTTPException: error_page},
     )

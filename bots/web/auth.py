@@ -40,6 +40,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self';"
+        " script-src 'self'; connect-src 'self';"
         " frame-ancestors 'none'; base-uri 'none'"
     ),
 }

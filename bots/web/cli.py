@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from typing import TYPE_CHECKING
 
 import click
 
 from core.cli.runtime import Runtime, current_source
+
+if TYPE_CHECKING:
+    from bots.web.extension import WebExtension
 
 
 @click.command("web")
@@ -34,6 +38,7 @@ async def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
 
     await runtime.start()  # the embedding model: recall ranks as a turn does
     extension = next(e for e in runtime.extensions if isinstance(e, WebExtension))
+    _open_chat(runtime, extension)
     service = extension.service(host, port)
     try:
         url = service.bind()
@@ -55,3 +60,13 @@ async def _serve(runtime: Runtime, host: str | None, port: int | None) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+def _open_chat(runtime: Runtime, extension: WebExtension) -> None:
+    """The chat page answers through this process's dispatcher (`web:<name>` chats)."""
+    from bots.runtime import Runtime as BotRuntime
+
+    if isinstance(runtime, BotRuntime):
+        channel = extension.chat_channel()
+        runtime.dispatcher.attach(channel)
+        channel.bind(runtime.dispatcher)

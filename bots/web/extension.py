@@ -15,6 +15,7 @@ from core.api import Extension, Service
 from core.turn.hooks import Host
 
 if TYPE_CHECKING:
+    from bots.web.chat import WebChatChannel
     from bots.web.dashboard import Dashboard
     from bots.web.service import WebService
 
@@ -34,6 +35,16 @@ class WebExtension(Extension):
 
             self.token, self.token_generated = new_token(), True
         self._dashboard: Dashboard | None = None
+        self._chat: WebChatChannel | None = None
+
+    def chat_channel(self) -> WebChatChannel:
+        """The channel of the dashboard's chat page (`web:<name>` chats); attach it to the
+        dispatcher for the page to answer."""
+        if self._chat is None:
+            from bots.web.chat import WebChatChannel
+
+            self._chat = WebChatChannel(streaming=self.host.config.web.chat_streaming)
+        return self._chat
 
     def dashboard(self) -> Dashboard:
         if self._dashboard is None:
@@ -71,7 +82,7 @@ class WebExtension(Extension):
         bound = web.host if host is None else host
         names = allowed_hosts(bound, web.allowed_hosts)
         return WebService(
-            lambda: build_app(self.dashboard(), self.token, names),
+            lambda: build_app(self.dashboard(), self.token, names, chat=self._chat),
             bound,
             web.port if port is None else port,
         )

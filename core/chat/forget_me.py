@@ -16,7 +16,7 @@ import hashlib
 import time
 from collections.abc import Callable
 
-from core.api import Chat, Command, TurnContext
+from core.api import Chat, Command, CommandOption, TurnContext
 from core.chat.data import KEPT, chat_inventory, describe, forget_chat
 from core.storage.store import SessionStore
 from core.turn.extensions import Extensions
@@ -57,7 +57,10 @@ class ForgetMe:
 
     def command(self) -> Command:
         return Command(
-            "forgetme", "delete everything I keep about this chat (asks first)", self.handle
+            "forgetme",
+            "delete everything I keep about this chat (asks first)",
+            self.handle,
+            CommandOption("code", "the code I gave to confirm (leave out to get one)"),
         )
 
     async def handle(self, turn: TurnContext, args: str) -> str:

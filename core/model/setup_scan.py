@@ -143,8 +143,9 @@ async def check_discord(client: httpx.AsyncClient, api_base_url: str, token: str
         intent = "message content intent on"
     else:
         intent = (
-            "message content intent OFF: turn it on (Developer Portal → Bot → Message "
-            "Content Intent), or it reads only mentions and DMs"
+            "message content intent OFF: mentions, DMs and slash commands work; to read all"
+            " guild messages turn it on (Developer Portal → Bot → Message Content Intent)"
+            " and set [discord] message_content_intent = true"
         )
     return TokenCheck(True, f"{me.get('username', '?')}: {intent}")
 

@@ -73,7 +73,12 @@ class CoreExtension(Extension):
             Command(
                 "compact", "summarise older messages now (nothing is deleted)", self.compact_command
             ),
-            Command("context", "show what the next model request holds", self.context_command),
+            Command(
+                "context",
+                "show what the next model request holds",
+                self.context_command,
+                private=True,
+            ),
             self.forget_me.command(),
         ]
 
