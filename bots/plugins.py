@@ -1,6 +1,6 @@
 """The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
-strategies, skills, the reflector, MCP servers, and the dashboard last (it reads the
-others). Registration order is injection order. Each plugin module is light: importing it
+strategies, skills, scheduled tasks, the reflector, MCP servers, and the dashboard last (it
+reads the others). Registration order is injection order. Each plugin module is light: importing it
 loads none of its parts."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from bots.web import plugin as web_plugin
 from core import plugin as default_plugin
 from core.mcp import plugin as mcp_plugin
 from core.skills import plugin as skills_plugin
+from core.tasks import plugin as tasks_plugin
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
 from reflector import plugin as reflector_plugin
@@ -23,6 +24,7 @@ PLUGINS: tuple[Plugin, ...] = (
     memory_plugin,
     strategies_plugin,
     skills_plugin,
+    tasks_plugin,
     reflector_plugin,
     mcp_plugin,
     web_plugin,
