@@ -46,6 +46,4 @@ def build_agent(
         if extension is not None:
             extensions.add(extension)
     deliveries = deliveries if deliveries is not None else delivery_store(storage)
-    return Agent(
-        config, store, llm, extensions, planner, compactor, deliveries, files, outgoing
-    )
+    return Agent(config, store, llm, extensions, planner, compactor, deliveries, files, outgoing)

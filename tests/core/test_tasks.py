@@ -171,9 +171,7 @@ def test_a_run_task_becomes_a_pending_message_of_the_creator(storage: Storage, c
     assert worked is not None and worked.failures == 0
 
 
-def test_a_task_failing_too_often_is_paused_and_the_chat_told(
-    storage: Storage, chat: Chat
-) -> None:
+def test_a_task_failing_too_often_is_paused_and_the_chat_told(storage: Storage, chat: Chat) -> None:
     tasks = TaskStore(storage.database)
     task = tasks.add(new_task(chat, T0, schedule_kind="interval", expression="600", mode="run"))
     clock = Clock(T0 + 1)
@@ -270,7 +268,9 @@ async def test_limits_groups_and_runs(rt: Runtime, config: Config) -> None:
     config.tasks.max_active_per_chat = 2
     turn = turn_in(rt)
     for _ in range(2):
-        assert "scheduled" in await call(rt, turn, "schedule_task", '{"when":"in 1 day","text":"a"}')
+        assert "scheduled" in await call(
+            rt, turn, "schedule_task", '{"when":"in 1 day","text":"a"}'
+        )
     capped = await call(rt, turn, "schedule_task", '{"when": "in 1 day", "text": "a"}')
     assert "already has 2 active tasks" in capped
     group = turn_in(rt, kind="group")
