@@ -5,15 +5,19 @@ the chat commands, and a reminder delivered through the dispatcher like a reply.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core.api import Chat, Inbound, TurnContext
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, StorageConfig, TasksConfig
 from core.storage.engine import Storage, open_storage
 from core.storage.stores import delivery_store, session_store
@@ -21,6 +25,7 @@ from core.tasks.extension import TasksExtension
 from core.tasks.runner import TaskRunner, task_of_run
 from core.tasks.task_store import NewTask, RunOutcome, TaskStore
 from core.turn.outgoing import Outgoing
+from tests.conftest import run_mnemo, write_config
 from tests.fakes.channels import RecordingChannel
 
 T0 = 1_800_000_000.0  # a fixed "now" for the store and runner tests
@@ -318,3 +323,53 @@ async def test_a_reminder_goes_out_through_the_dispatcher_once(rt: Runtime) -> N
     assert channel.texts("t1") == ["⏰ Reminder: drink water"]
     totals = rt.deliveries.delivery_totals("terminal")
     assert (totals.replies, totals.delivered) == (1, 1)
+
+
+async def test_a_run_task_is_answered_in_the_chat_and_cannot_schedule_more(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    def model(request: dict[str, Any]) -> FakeReply:
+        last = request["messages"][-1]
+        if last["role"] == "tool":
+            return FakeReply(content=f"Tried: {last['content']}")
+        return FakeReply(tool_calls=[tool_call("schedule_task", {"when": "in 1 day", "text": "x"})])
+
+    fake_llm.responder = model
+    channel = RecordingChannel("terminal")
+    rt.dispatcher.attach(channel)
+    extension = extension_of(rt)
+    task = extension.schedule(turn_in(rt), "in 1 second", "plan my week", "run")
+    service = asyncio.create_task(extension.runner.run())
+    try:
+        async with asyncio.timeout(15):
+            while not channel.sent:  # noqa: ASYNC110 (the runner and dispatcher fill it)
+                await asyncio.sleep(0.02)
+    finally:
+        service.cancel()
+        await asyncio.gather(service, return_exceptions=True)
+        await rt.dispatcher.stop()
+    [reply] = channel.texts("t1")
+    assert "cannot schedule further tasks" in reply
+    prompt = [m for m in fake_llm.requests[0]["messages"] if m["role"] == "user"][-1]
+    assert f"[Scheduled task #{task.id}, set by Bo; do it now] plan my week" in str(prompt)
+    tasks = TaskStore(rt.storage.database)
+    after = tasks.get(task.id)
+    assert after is not None and (after.status, after.runs, after.failures) == ("done", 1, 0)
+    assert tasks.count_for_chat(task.chat.id) == 1  # the refused one was not stored
+
+
+async def test_mnemo_tasks_list_and_cancel(rt: Runtime, config: Config, tmp_path: Path) -> None:
+    task = extension_of(rt).schedule(turn_in(rt), "every monday at 8", "weekly review", "remind")
+    extra = f'url = "{config.storage.url}"\n' if config.storage.url else ""
+    path = write_config(tmp_path / "cli.toml", config.llm.base_url, config.storage.data_dir, extra)
+    listed = run_mnemo(["tasks", "list", "--json"], path)
+    assert listed.returncode == 0, listed.stderr
+    [record] = json.loads(listed.stdout)["tasks"]
+    assert (record["id"], record["chat"], record["expression"]) == (
+        task.id, "terminal:t1", "0 8 * * mon"
+    )  # fmt: skip
+    cancelled = run_mnemo(["tasks", "cancel", str(task.id)], path)
+    assert cancelled.returncode == 0 and "cancelled task" in cancelled.stdout
+    again = run_mnemo(["tasks", "cancel", str(task.id)], path)
+    assert again.returncode != 0 and f"no open task #{task.id}" in again.stderr
+    assert "No scheduled tasks." in run_mnemo(["tasks", "list"], path).stdout
