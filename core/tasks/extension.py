@@ -13,7 +13,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from core.api import Chat, ChatDataSection, Command, Extension, Service, Tool, TurnContext
+from core.api import (
+    Chat,
+    ChatDataSection,
+    Check,
+    Command,
+    Extension,
+    Service,
+    Tool,
+    TurnContext,
+)
 from core.config import Config
 from core.errors import InputError, ToolError
 from core.storage.database import Database
@@ -26,6 +35,7 @@ GROUP_KINDS = ("group", "channel", "thread")
 MODES = ("remind", "run")
 MAX_TEXT_CHARS = 2_000
 CHAT_TASKS = "scheduled tasks"
+OVERDUE_S = 60.0
 WHEN_HELP = (
     "When: an ISO 8601 time (2026-12-24T18:00, read in the chat's time zone), a relative"
     " time ('in 30 seconds', 'in 2 hours', 'tomorrow at 9'), 'every day at 8:30',"
@@ -125,6 +135,18 @@ class TasksExtension(Extension):
 
     def services(self) -> list[Service]:
         return [self.runner] if self.settings.enabled else []
+
+    async def checks(self) -> list[Check]:
+        """One `mnemo doctor` line: how many tasks, and a warning for paused or overdue ones
+        (overdue: due over a minute ago and not fired, e.g. no `mnemo run` is running)."""
+        if not self.settings.enabled:
+            return []
+        counts = self.tasks.status_counts(self.clock() - OVERDUE_S)
+        detail = f"{counts['active']} active, {counts['paused']} paused"
+        if counts["overdue"]:
+            detail += f", {counts['overdue']} overdue (is `mnemo run` running?)"
+        healthy = not counts["paused"] and not counts["overdue"]
+        return [Check("scheduled tasks", healthy, detail, fatal=False)]
 
     async def after_turn(self, turn: TurnContext) -> None:
         task_id = task_of_run(turn.inbound.message_id)

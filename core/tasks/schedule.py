@@ -28,6 +28,7 @@ UNITS_S = {
     "w": 604800, "week": 604800, "weeks": 604800,
 }  # fmt: skip
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+WEEKDAY_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _AMOUNT = r"(\d+(?:\.\d+)?|\ban?\b|\bone\b)"
 _SPAN = re.compile(rf"{_AMOUNT}\s*([a-z]+)")
 _RELATIVE = re.compile(rf"^in\s+((?:{_AMOUNT}\s*[a-z]+(?:\s*,\s*|\s+and\s+|\s+)?)+)$")
@@ -245,7 +246,7 @@ def _every_at(text: str, tz: ZoneInfo, now: datetime) -> Schedule | None:
     h, m = _clock(hour, minute, half)
     if day in (None, "day"):
         weekday = "*"
-    elif day[:3] in WEEKDAYS and WEEKDAYS[WEEKDAYS.index(day[:3])] == day[:3]:
+    elif day in WEEKDAYS or day in WEEKDAY_NAMES:
         weekday = day[:3]
     elif day == "weekday":
         weekday = "mon-fri"

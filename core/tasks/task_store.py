@@ -162,6 +162,19 @@ class TaskStore:
         row = self.db.read_one("SELECT count(*) FROM scheduled_tasks WHERE chat_id = ?", (chat_id,))
         return int(row[0]) if row else 0
 
+    def status_counts(self, overdue_before: float) -> dict[str, int]:
+        """How many tasks are active, paused, and active but due before `overdue_before`
+        (not fired: no runner runs, or it fails)."""
+        row = self.db.read_one(
+            "SELECT count(*) FILTER (WHERE status = 'active'),"
+            " count(*) FILTER (WHERE status = 'paused'),"
+            " count(*) FILTER (WHERE status = 'active' AND next_run_at < ?)"
+            " FROM scheduled_tasks",
+            (overdue_before,),
+        )
+        assert row is not None
+        return {"active": int(row[0]), "paused": int(row[1]), "overdue": int(row[2])}
+
     # -- time zones ----------------------------------------------------------------------
 
     def timezone_of(self, chat_id: int) -> str | None:

@@ -190,6 +190,7 @@ def test_a_task_failing_too_often_is_paused_and_the_chat_told(storage: Storage, 
     assert any(f"Task #{task.id}" in t and "paused" in t for t in outbox_texts(storage, chat))
     clock.now = T0 + 9999
     assert runner(storage, clock).fire_due() == 0
+    assert tasks.status_counts(T0 + 9999) == {"active": 0, "paused": 1, "overdue": 0}
 
 
 # -- tools and commands -----------------------------------------------------------------------
@@ -286,6 +287,16 @@ async def test_limits_groups_and_runs(rt: Runtime, config: Config) -> None:
     in_run = replace(turn, inbound=replace(turn.inbound, message_id="mnemo-task:1:5"))
     nested = await call(rt, in_run, "schedule_task", '{"when": "in 1 day", "text": "a"}')
     assert "cannot schedule further tasks" in nested
+
+
+async def test_doctor_warns_of_overdue_tasks(rt: Runtime) -> None:
+    extension = extension_of(rt)
+    [quiet] = await extension.checks()
+    assert (quiet.ok, quiet.detail) == (True, "0 active, 0 paused")
+    extension.schedule(turn_in(rt), "in 1 second", "ping", "remind")
+    extension.clock = lambda: time.time() + 120  # no runner fired it
+    [late] = await extension.checks()
+    assert not late.ok and not late.fatal and "1 overdue" in late.detail
 
 
 async def test_tasks_and_cancel_commands(rt: Runtime) -> None:

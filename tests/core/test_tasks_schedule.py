@@ -31,6 +31,8 @@ def parse(when: str, tz: str = "Europe/Berlin") -> Schedule:
         ("2026-12-24T18:00:00Z", datetime(2026, 12, 24, 18, 0, tzinfo=UTC)),  # its own zone
         ("every day at 8:30", datetime(2026, 11, 27, 7, 30, tzinfo=UTC)),
         ("every monday at 8", datetime(2026, 11, 30, 7, 0, tzinfo=UTC)),
+        ("every weekday at 9", datetime(2026, 11, 27, 8, 0, tzinfo=UTC)),  # a Friday
+        ("every sun at 9", datetime(2026, 11, 29, 8, 0, tzinfo=UTC)),
         ("0 8 * * 1-5", datetime(2026, 11, 27, 7, 0, tzinfo=UTC)),
         ("every 2 hours", datetime(2026, 11, 26, 12, 0, tzinfo=UTC)),
     ],
@@ -55,6 +57,7 @@ def test_when_is_read_in_the_chats_time_zone(when: str, first: datetime) -> None
         ("every 10 seconds", "at most every 5 minutes"),
         ("61 25 * * *", "bad cron expression"),
         ("at 25:00", "not a time of day"),
+        ("every monkey at 8", "cannot read the time"),
     ],
 )
 def test_bad_when_is_a_clear_error(when: str, says: str) -> None:
