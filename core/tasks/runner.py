@@ -111,7 +111,7 @@ class TaskRunner:
         assert self._nudged is not None
         delay = self.config.poll_s
         try:
-            soonest = self.tasks.next_due_at()
+            soonest = self.tasks.next_due_at(self.clock())
         except Exception:
             logger.exception("could not look up the next due task")
             soonest = None

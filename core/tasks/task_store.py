@@ -190,10 +190,14 @@ class TaskStore:
 
     # -- the runner ----------------------------------------------------------------------
 
-    def next_due_at(self) -> float | None:
-        """When the soonest active task falls due (seconds since the epoch), or None."""
+    def next_due_at(self, now: float) -> float | None:
+        """When the next claim may find work (seconds since the epoch), or None: the soonest
+        due time of a free task, or the lease expiry of a leased one (its claimer may die)."""
         row = self.db.read_one(
-            "SELECT min(next_run_at) FROM scheduled_tasks WHERE status = 'active'"
+            "SELECT min(CASE WHEN lease_owner IS NULL OR lease_expires <= ? THEN next_run_at"
+            " WHEN lease_expires > next_run_at THEN lease_expires ELSE next_run_at END)"
+            " FROM scheduled_tasks WHERE status = 'active'",
+            (now,),
         )
         return float(row[0]) if row and row[0] is not None else None
 

@@ -64,7 +64,9 @@ def test_a_due_task_is_claimed_once_until_its_lease_expires(storage: Storage, ch
     tasks = TaskStore(storage.database)
     task = tasks.add(new_task(chat, T0))
     assert tasks.claim_due("a", T0 - 1, T0 + 60, 10) == []  # not due yet
+    assert tasks.next_due_at(T0 - 1) == T0
     assert [t.id for t in tasks.claim_due("a", T0, T0 + 60, 10)] == [task.id]
+    assert tasks.next_due_at(T0 + 1) == T0 + 60  # leased: worth a look when the lease ends
     assert tasks.claim_due("b", T0 + 1, T0 + 61, 10) == []  # leased to a
     outcome = RunOutcome(None, "done", 0, ran=True)
     assert not tasks.finish_run(task.id, "b", outcome, T0)  # b holds no lease
