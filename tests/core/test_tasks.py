@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime, build_runtime
-from core.api import Chat, Inbound, TurnContext
+from core.api import Chat, Inbound, Outbound, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, StorageConfig, TasksConfig
 from core.storage.engine import Storage, open_storage
@@ -24,6 +24,7 @@ from core.storage.stores import delivery_store, session_store
 from core.tasks.extension import TasksExtension
 from core.tasks.runner import TaskRunner, task_of_run
 from core.tasks.task_store import NewTask, RunOutcome, TaskStore
+from core.turn.lease import TurnLeases
 from core.turn.outgoing import Outgoing
 from tests.conftest import run_mnemo, write_config
 from tests.fakes.channels import RecordingChannel
@@ -386,3 +387,30 @@ async def test_mnemo_tasks_list_and_cancel(rt: Runtime, config: Config, tmp_path
     again = run_mnemo(["tasks", "cancel", str(task.id)], path)
     assert again.returncode != 0 and f"no open task #{task.id}" in again.stderr
     assert "No scheduled tasks." in run_mnemo(["tasks", "list"], path).stdout
+
+
+async def test_a_message_posted_while_another_process_holds_the_chat_goes_out_after(
+    rt: Runtime,
+) -> None:
+    """The dispatcher waits for the chat's lease for a posted message as for a pending one
+    (not until the next sweep, 30 s later)."""
+    channel = RecordingChannel("terminal")
+    rt.dispatcher.attach(channel)
+    chat = rt.store.get_or_create_chat("terminal", "t1", "", "private")
+    elsewhere = TurnLeases(rt.deliveries)  # another process's dispatcher
+    held = elsewhere.try_claim(chat.id)
+    assert held is not None
+    posted = rt.deliveries.post(chat.id, Outbound("terminal", "t1", "hello"), "test:1")
+    assert posted is not None
+    assert rt.deliveries.post(chat.id, Outbound("terminal", "t1", "hello"), "test:1") is None
+    rt.agent.outgoing.wake(chat.id)
+    try:
+        await asyncio.sleep(0.5)
+        assert channel.sent == []  # the chat is the other process's
+        rt.deliveries.release_turn(held)
+        async with asyncio.timeout(3):
+            while not channel.sent:  # noqa: ASYNC110 (the dispatcher fills it)
+                await asyncio.sleep(0.02)
+    finally:
+        await rt.dispatcher.stop()
+    assert channel.texts("t1") == ["hello"]
