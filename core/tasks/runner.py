@@ -104,7 +104,9 @@ class TaskRunner:
             except Exception:  # the database is away: try again at the next pass
                 logger.exception("firing due tasks failed")
                 full = False
-            if not full:
+            if full:
+                await asyncio.sleep(0)  # more are due: let the dispatcher send meanwhile
+            else:
                 await self._wait()
 
     async def _wait(self) -> None:
