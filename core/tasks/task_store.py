@@ -216,8 +216,15 @@ class TaskStore:
             " RETURNING id",
             (owner, lease_until, now, now, now, now, limit),
         )
-        claimed = [self.get(int(row[0])) for row in rows]
-        return sorted((t for t in claimed if t is not None), key=lambda t: t.next_run_at or 0)
+        if not rows:
+            return []
+        in_claimed, params = dialect.in_values("t.id", [int(row[0]) for row in rows])
+        claimed = self.db.read(
+            f"SELECT {TASK_COLUMNS} FROM scheduled_tasks t JOIN chats c ON c.id = t.chat_id"
+            f" WHERE {in_claimed} ORDER BY t.next_run_at, t.id",
+            params,
+        )
+        return [_task(row) for row in claimed]
 
     def finish_run(self, task_id: int, owner: str, outcome: RunOutcome, now: float) -> bool:
         """Record a claimed run's outcome and free the lease, only while `owner` holds it
