@@ -1,7 +1,7 @@
 """The plugins Mnemo is built from, in registration order: the built-ins, memory, learned
-strategies, skills, the reflector, MCP servers, sub-agents, web tools, and the dashboard last
-(it reads the others). Registration order is injection order. Each plugin module is light:
-importing it loads none of its parts."""
+strategies, skills, scheduled tasks, the reflector, MCP servers, sub-agents, web tools, and the
+dashboard last (it reads the others). Registration order is injection order. Each plugin
+module is light: importing it loads none of its parts."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from core import plugin as default_plugin
 from core.mcp import plugin as mcp_plugin
 from core.skills import plugin as skills_plugin
 from core.subagents import plugin as subagents_plugin
+from core.tasks import plugin as tasks_plugin
 from core.web_tools import plugin as web_tools_plugin
 from memory import plugin as memory_plugin
 from memory.strategies import plugin as strategies_plugin
@@ -25,6 +26,7 @@ PLUGINS: tuple[Plugin, ...] = (
     memory_plugin,
     strategies_plugin,
     skills_plugin,
+    tasks_plugin,
     reflector_plugin,
     mcp_plugin,
     subagents_plugin,

@@ -441,6 +441,32 @@ class SubagentsConfig(Section):
     max_context_chars: int = Field(default=8_000, ge=200)  # of `context` as passed
 
 
+class TasksConfig(Section):
+    """Scheduled tasks and reminders (`core.tasks`)."""
+
+    default_timezone: str = "UTC"  # a chat's until it sets its own with /timezone
+    grace_s: float = Field(default=3600.0, ge=0)  # later than this after a restart: missed
+    max_active_per_chat: int = Field(default=50, ge=1)
+    min_interval_s: float = Field(default=300.0, ge=1)  # between a repeating task's runs
+    max_failures: int = Field(default=3, ge=1)  # consecutive; then the task is paused
+    poll_s: float = Field(default=1.0, gt=0, le=60)  # how often other processes' tasks are seen
+    lease_s: float = Field(default=60.0, ge=5)  # a claimed run's lease
+    claim_batch: int = Field(default=100, ge=1)
+
+    @field_validator("default_timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r} (an IANA name, e.g. Europe/Berlin)"
+            ) from None
+        return value
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -460,6 +486,7 @@ class Config(Section):
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     web_tools: WebToolsConfig = Field(default_factory=WebToolsConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)

@@ -360,6 +360,7 @@ CORE_PARTS = (
     "turn", "tools", "context", "model", "storage", "chat", "cli", "bench", "skills", "mcp",
     "subagents",
     "web_tools",
+    "tasks",
 )  # fmt: skip
 CORE_TOP = ("api", "errors", "events", "clock", "text", "config", "plugin")
 NEVER_IMPORTS = {

@@ -1,9 +1,10 @@
 """The dashboard's writes (POST): log in and out, edit or forget a memory, save AGENTS.md,
-check the model. Each takes a form with the session's CSRF token (`checked_form`) and ends
-in a redirect to the page that shows the result."""
+cancel a scheduled task, check the model. Each takes a form with the session's CSRF token
+(`checked_form`) and ends in a redirect to the page that shows the result."""
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -12,6 +13,7 @@ from bots.web.dashboard import Dashboard
 from bots.web.pages import Pages
 from core.api import Chat
 from core.errors import InputError
+from core.text import whole_number
 from memory.keeper import FactRefused
 
 
@@ -78,6 +80,17 @@ class Actions:
         except InputError as exc:
             return await self.pages.notes(request, chat, 422, f"Not saved: {exc}.")
         return RedirectResponse(f"/chats/{chat.id}/notes?done=saved", status_code=303)
+
+    async def cancel_task(self, request: Request) -> Response:
+        await checked_form(request)
+        task_id = whole_number(str(request.path_params["task_id"]))
+        if task_id is None:
+            raise HTTPException(404, "not found")
+        try:
+            self.dashboard.cancel_task(task_id)
+        except InputError as exc:
+            raise HTTPException(404, str(exc)) from None
+        return RedirectResponse(f"/tasks?cancelled={task_id}", status_code=303)
 
     async def check_model(self, request: Request) -> Response:
         await checked_form(request)

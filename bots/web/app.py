@@ -90,6 +90,8 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         Route("/pictures", pages.pictures),
         Route("/health", pages.health),
         Route("/health/model", actions.check_model, methods=["POST"]),
+        Route("/tasks", pages.tasks),
+        Route("/tasks/{task_id}/cancel", actions.cancel_task, methods=["POST"]),
         Route(chat, in_chat(pages.conversation)),
         Route(f"{chat}/memories", in_chat(pages.memories)),
         Route(memory, on_memory(pages.memory)),

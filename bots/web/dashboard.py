@@ -25,6 +25,7 @@ from core.model.profile import ModelProfile, Window, load_profile
 from core.storage.engine import Storage
 from core.storage.store import SessionStore
 from core.subagents.run_store import DatabaseSubagentRunStore, SubagentRun
+from core.tasks.task_store import ScheduledTask, TaskStore
 from core.turn.extensions import Extensions
 from memory.hidden_text import visible_text
 from memory.injection import max_injectable, memories_section, select_within_budget
@@ -120,6 +121,17 @@ class Dashboard:
         if self.storage is None:
             return []
         return DatabaseSubagentRunStore(self.storage.database).recent(chat.id, limit)
+
+    # -- scheduled tasks -----------------------------------------------------------------
+
+    def scheduled_tasks(self, open_only: bool = True) -> list[ScheduledTask]:
+        """Every chat's tasks, soonest first (none without a storage)."""
+        return TaskStore(self.storage.database).every_task(open_only=open_only)
+
+    def cancel_task(self, task_id: int) -> None:
+        """Cancel an open task; `InputError` when there is none by that number."""
+        if self.storage is None or not TaskStore(self.storage.database).cancel(task_id):
+            raise InputError(f"no open task #{task_id}")
 
     # -- what the bot would recall, and what its next request holds ---------------------
 

@@ -1,5 +1,6 @@
 """The dashboard's pages (GET): chats, a chat's conversation, memories, notes, strategies,
-reflector runs and context, the pictures, health. Each is a read: it changes nothing."""
+reflector runs and context, the scheduled tasks, the pictures, health. Each is a read: it
+changes nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from bots.web.dashboard import Dashboard, session_pressure
 from core.api import Chat
 from core.clock import utc_now
 from core.model.profile import effective_window, model_label
+from core.tasks.extension import describe_task
 from core.text import whole_number
 
 CHATS_PER_PAGE = 50
@@ -213,6 +215,13 @@ class Pages:
             bar=context_bar(view),
             report=report,
         )
+
+    async def tasks(self, request: Request) -> Response:
+        shown = request.query_params.get("show", "") == "all"
+        found = self.dashboard.scheduled_tasks(open_only=not shown)
+        rows = [(task, describe_task(task)) for task in found]
+        cancelled = whole_number(request.query_params.get("cancelled", ""))
+        return self.render(request, "tasks.html", rows=rows, show_all=shown, cancelled=cancelled)
 
     # -- the pictures and health -------------------------------------------------------
 

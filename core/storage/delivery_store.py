@@ -80,6 +80,19 @@ class DatabaseDeliveryStore:
         assert row is not None
         return StoredReply(int(row[0]), reply)
 
+    # -- messages nobody asked for ------------------------------------------------------
+
+    def post(self, chat_id: int, message: Outbound, origin: str) -> StoredReply | None:
+        """Store a message that starts from Mnemo itself (a reminder): an outbox row with no
+        inbox row, delivered like a reply. `origin` names what sent it (`task:12:…`); None
+        when the chat already has a message of that origin (it was stored before)."""
+        row = self.db.read_one(
+            "INSERT INTO outbox (chat_id, text, reply_to, is_error, origin)"
+            " VALUES (?, ?, '', ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+            (chat_id, message.text, int(message.is_error), origin),
+        )
+        return StoredReply(int(row[0]), message) if row else None
+
     # -- replies -----------------------------------------------------------------------
 
     def undelivered(self, chat_id: int, max_attempts: int) -> list[StoredReply]:

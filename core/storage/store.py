@@ -280,6 +280,11 @@ class DeliveryStore(Protocol):
         answered it)."""
         ...
 
+    def post(self, chat_id: int, message: Outbound, origin: str) -> StoredReply | None:
+        """Store a message no inbound message started (a reminder) for delivery like a
+        reply; None when the chat already has one from `origin` (stored once per origin)."""
+        ...
+
     def undelivered(self, chat_id: int, max_attempts: int) -> list[StoredReply]:
         """The chat's replies not yet delivered and tried fewer than `max_attempts` times,
         oldest first."""

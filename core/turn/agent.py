@@ -47,6 +47,7 @@ from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
 from core.turn.extensions import Extensions
 from core.turn.loop_guard import RepeatGuard
+from core.turn.outgoing import Outgoing
 from core.turn.tool_round import run_tool_round
 
 logger = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ class Agent:
     compactor: Compactor
     deliveries: DeliveryStore
     files: FileStore
+    outgoing: Outgoing  # messages nobody asked for: the dispatcher binds to it
 
     def accept(self, inbound: Inbound) -> StoredInbound | None:
         """Store an arriving message before it waits for its chat's turn; None when the

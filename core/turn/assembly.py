@@ -19,6 +19,7 @@ from core.storage.stores import delivery_store, file_store
 from core.turn.agent import Agent
 from core.turn.extensions import Extensions
 from core.turn.hooks import Host, Plugin
+from core.turn.outgoing import Outgoing
 
 
 def build_agent(
@@ -38,10 +39,11 @@ def build_agent(
     extensions = Extensions()
     compactor = Compactor(config, store, llm, files, before=extensions.before_compaction)
     planner = RequestPlanner(config, store, extensions.tools, llm.model)
-    host = Host(config, storage, store, llm, extensions, compactor, planner, files)
+    outgoing = Outgoing()
+    host = Host(config, storage, store, llm, extensions, compactor, planner, files, outgoing)
     for plugin in plugins:
         extension = plugin.extension(host)
         if extension is not None:
             extensions.add(extension)
     deliveries = deliveries if deliveries is not None else delivery_store(storage)
-    return Agent(config, store, llm, extensions, planner, compactor, deliveries, files)
+    return Agent(config, store, llm, extensions, planner, compactor, deliveries, files, outgoing)

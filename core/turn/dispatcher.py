@@ -22,6 +22,7 @@ from core.errors import LeaseLost, StorageFull
 from core.events import Channel, Inbound, Outbound, StreamingChannel, streams
 from core.storage.store import DeliveryStore, StoredInbound, StoredReply, TurnLease
 from core.turn.lease import TurnLeases
+from core.turn.outgoing import Outgoing
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,9 @@ class Answering(Protocol):
 
     @property
     def deliveries(self) -> DeliveryStore: ...
+
+    @property
+    def outgoing(self) -> Outgoing: ...
 
     def accept(self, inbound: Inbound) -> StoredInbound | None: ...
 
@@ -88,6 +92,7 @@ class Dispatcher:
         self._running: dict[int, int] = {}  # chat id → inbound id whose turn runs
         self._told: set[int] = set()  # inbound ids whose unrecorded error reply went out
         self._stopping = False
+        agent.outgoing.bind(self.wake)
 
     def attach(self, channel: Channel) -> None:
         """Deliver the replies of `channel`'s chats through it (and show typing there)."""
@@ -144,6 +149,11 @@ class Dispatcher:
             self._wake(chat_id)
         return chats
 
+    def wake(self, chat_id: int) -> None:
+        """Take the chat's turns now: a message nobody asked for (a reminder) was stored
+        for it, or a pending one of Mnemo's own (a scheduled task's prompt)."""
+        self._wake(chat_id)
+
     async def sweep(self, every_s: float = SWEEP_S) -> None:
         """`resume()` now and then every `every_s` until cancelled: redelivers replies that
         failed, and answers what a process that died left to its lease's expiry."""
@@ -186,16 +196,29 @@ class Dispatcher:
                 if lease is not None:
                     async with self.leases.held(lease):
                         tried = await self._take_turns(lease, tried)
-                elif self._store.next_pending(chat_id, tried) is not None:
+                elif self._owed(chat_id, tried):
                     await asyncio.sleep(self.leases.poll_s)  # another process has the chat
                     continue
-                if self._store.next_pending(chat_id, tried) is None:
+                if not self._owed(chat_id, tried):
                     return  # no await between this check and leaving `_workers`
         except Exception:
             logger.exception("the turns of chat %d stopped; its messages stay pending", chat_id)
         finally:
             del self._workers[chat_id]
             self._release(lambda inbound_id, waiter: waiter.chat_id == chat_id)
+
+    def _owed(self, chat_id: int, tried: int) -> bool:
+        """The chat has a pending message not tried yet, or its oldest undelivered message
+        was never tried through an attached channel (one posted while another process held
+        the chat). After a failed send it waits for the sweep, as replies do."""
+        if self._store.next_pending(chat_id, tried) is not None:
+            return True
+        owed = self._store.undelivered(chat_id, self._max_attempts)
+        return (
+            bool(owed)
+            and owed[0].attempts == 0
+            and self._channel(owed[0].outbound.channel) is not None
+        )
 
     async def _take_turns(self, lease: TurnLease, tried: int) -> int:
         """Deliver what is owed, then answer the pending messages oldest first. Once a

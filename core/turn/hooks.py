@@ -13,7 +13,7 @@ all plugins; `bots.plugins.PLUGINS` lists them in registration order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from core.api import Extension
@@ -25,6 +25,7 @@ from core.storage.engine import Storage
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
 from core.turn.extensions import Extensions
+from core.turn.outgoing import Outgoing
 
 if TYPE_CHECKING:
     import click
@@ -43,6 +44,8 @@ class Host:
     planner: RequestPlanner
     # The chats' files (AGENTS.md, tool results, archives): the data dir or `stored_files`.
     files: FileStore
+    # How a service sends a message nobody asked for (a reminder): `core.turn.outgoing`.
+    outgoing: Outgoing = field(default_factory=Outgoing)
 
 
 class Plugin(Protocol):

@@ -30,6 +30,7 @@ BENCHES = {
     "skills",
     "startup",
     "stream",
+    "tasks",
     "tools",
     "web",
 }

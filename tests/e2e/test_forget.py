@@ -11,12 +11,13 @@ import re
 from typing import Any, TypeVar
 
 from bots.runtime import Runtime
-from core.api import Chat, Inbound
+from core.api import Chat, Inbound, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.chat.files import chat_dir
 from core.context.summary import SUMMARY_MARKER
 from core.storage.database import SqliteDatabase
 from core.storage.db import Connection
+from core.tasks.extension import TasksExtension
 from core.tools.results import keep_tool_result
 from core.turn.builtins import CoreExtension
 from memory.extension import MemoryExtension
@@ -34,6 +35,8 @@ KNOWN_CHAT_TABLES = {
     "memory_reflector_state",
     "reflector_runs",
     "reflector_leases",
+    "scheduled_tasks",
+    "chat_timezones",
 }
 CODE = re.compile(r"/forgetme (\d{4})")
 T = TypeVar("T")
@@ -87,7 +90,8 @@ def test_the_schema_check_sees_any_table_with_a_chat_id(conn: Connection) -> Non
 async def fill(runtime: Runtime, key: str, fact: str) -> Chat:
     """A chat with something of every kind: messages, usage, a compaction (summary and
     archive), memories (indexed, embedded, one superseded), a strategy with events, its
-    AGENTS.md, a stored tool result, the reflector's cursor, lease and runs."""
+    AGENTS.md, a stored tool result, the reflector's cursor, lease and runs, a scheduled
+    task and the chat's time zone."""
     for n in range(10):
         await runtime.dispatcher(inbound(f"turn {n} in {key}: " + "w" * 200, key))
     compacted = await runtime.dispatcher(inbound("/compact", key))
@@ -116,6 +120,10 @@ async def fill(runtime: Runtime, key: str, fact: str) -> Chat:
     reflector.runs.record(ChatRun(chat.id, ok=True, status="done", messages_seen=3))
     reflector.cursor.reset(chat.id, 5)
     assert reflector.leases.claim(chat.id) is not None
+    tasks = extension(runtime, TasksExtension)
+    tasks.tasks.set_timezone(chat.id, "Europe/Berlin")
+    turn = TurnContext(chat, inbound("remind me", key))
+    tasks.schedule(turn, "every day at 9", f"water {key}'s plants", "remind")
     return chat
 
 
