@@ -444,6 +444,7 @@ class SubagentsConfig(Section):
 class TasksConfig(Section):
     """Scheduled tasks and reminders (`core.tasks`)."""
 
+    enabled: bool = True
     default_timezone: str = "UTC"  # a chat's until it sets its own with /timezone
     grace_s: float = Field(default=3600.0, ge=0)  # later than this after a restart: missed
     max_active_per_chat: int = Field(default=50, ge=1)

@@ -126,6 +126,8 @@ class Dashboard:
 
     def scheduled_tasks(self, open_only: bool = True) -> list[ScheduledTask]:
         """Every chat's tasks, soonest first (none without a storage)."""
+        if self.storage is None:
+            return []
         return TaskStore(self.storage.database).every_task(open_only=open_only)
 
     def cancel_task(self, task_id: int) -> None:
