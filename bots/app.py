@@ -30,7 +30,9 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
     if config.telegram.enabled and config.telegram.token:
         from bots.telegram import TelegramChannel
 
-        channels.append(TelegramChannel(config.telegram, runtime.extensions.command_list()))
+        commands = runtime.extensions.command_list()
+        download = config.media.max_download_bytes
+        channels.append(TelegramChannel(config.telegram, commands, download))
     if config.discord.enabled and config.discord.token:
         from bots.discord_bot import DiscordChannel
 

@@ -12,7 +12,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.api import Inbound, Outbound, TurnContext
+from core.chat.images import ImagePart
 from core.chat.keys import is_control_chat
+from core.chat.media import (
+    NO_VISION,
+    MediaTurn,
+    claim_no_vision_notice,
+    has_media,
+    keep_attachments,
+    prepare_media,
+    sees_images,
+    with_images,
+)
 from core.config import Config
 from core.context.compaction import Compactor
 from core.context.plan import RequestPlan, RequestPlanner
@@ -59,6 +70,9 @@ STREAM_CUT_MARKER = "… [reply cut: the model stopped answering]"
 # variable, not an argument, so the tool loop between `answer` and the model call need
 # not carry it; each chat's turns run in their own task, so chats never share it.
 _SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
+# This turn's images (placeholder → image part): attached to its message in each request of
+# the turn, never stored (`core.chat.media`). Per task, like `_SHOWING`.
+_IMAGES: ContextVar[dict[str, ImagePart] | None] = ContextVar("images", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -88,11 +102,12 @@ class Agent:
         """Store an arriving message before it waits for its chat's turn; None when the
         chat already has it (a replayed update). Raises `StorageError` (`StorageFull` on
         a full disk) when it could not be stored."""
-        inbound = replace(inbound, text=clean_text(inbound.text))
         with self.store.transaction():
             chat = self.store.get_or_create_chat(
                 inbound.channel, inbound.chat_id, inbound.chat_title, inbound.chat_kind
             )
+            inbound = keep_attachments(self.files, chat, inbound)  # bytes to the chat's files
+            inbound = replace(inbound, text=clean_text(inbound.text))
             return self.deliveries.receive(chat, inbound)
 
     async def answer(
@@ -107,9 +122,11 @@ class Agent:
         With `on_text`, the model's answers are streamed and shown there as they grow;
         the reply recorded is still the final text only, for the channel to `send`."""
         token = _SHOWING.set(on_text)
+        images = _IMAGES.set({})
         try:
             return await self._answer(message, lease)
         finally:
+            _IMAGES.reset(images)
             _SHOWING.reset(token)
 
     async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
@@ -122,10 +139,14 @@ class Agent:
             if self.store.chat_by_id(chat.id) is None:  # the command deleted the chat
                 return StoredReply(0, self._reply(inbound, text))  # (/forgetme): unrecorded
             return self.finish(message, lease, [], self._reply(inbound, text))
+        message, media = await self._media(message)
+        turn = replace(turn, inbound=message.inbound)
         if not turn.user_message_id:
             turn = replace(turn, user_message_id=self._add_to_history(message, lease))
         if not inbound.respond:
             return self.finish(message, lease, [], None)
+        if media is not None and media.refusal:
+            return self.finish(message, lease, [], self._reply(inbound, media.refusal, True))
         answer = await self.extensions.intercept(turn)
         if answer is not None:
             return self.finish(
@@ -137,13 +158,35 @@ class Agent:
             logger.warning("turn failed for chat %s: %s", chat.key, exc)
             error = self._reply(inbound, user_facing_error(exc), is_error=True)
             return self.finish(message, lease, [], error)
+        notice = self._notice(turn, media)
         reply = self.finish(message, lease, [_to_new_message(entry) for entry in entries],
-                            self._reply(inbound, text))  # fmt: skip
+                            self._reply(inbound, notice + text))  # fmt: skip
         try:
             await self.extensions.after_turn(turn)
         except Exception:  # the reply is recorded: a hook's failure must not cost it
             logger.exception("after_turn failed in %s", chat.key)
         return reply
+
+    async def _media(self, message: StoredInbound) -> tuple[StoredInbound, MediaTurn | None]:
+        """The message with its voice notes transcribed, and what its media make of the turn
+        (its images wait in `_IMAGES` for the requests); None when it has none or is not
+        answered (nothing is transcribed or decoded for unaddressed group chatter)."""
+        inbound = message.inbound
+        if not inbound.respond or not has_media(inbound.text):
+            return message, None
+        profile = load_profile(self.store, self.llm.model)
+        vision = sees_images(self.config, profile.vision, self.llm.model)
+        media = await prepare_media(self.config, self.files, message.chat, inbound.text, vision)
+        images = _IMAGES.get()
+        if images is not None:
+            images.update(media.images)
+        return replace(message, inbound=replace(inbound, text=media.text)), media
+
+    def _notice(self, turn: TurnContext, media: MediaTurn | None) -> str:
+        """What the reply says first: that the model cannot see images, once per chat."""
+        if media is None or not media.no_vision:
+            return ""
+        return NO_VISION + "\n\n" if claim_no_vision_notice(self.files, turn.chat) else ""
 
     def _add_to_history(self, message: StoredInbound, lease: TurnLease | None) -> int:
         """Add the user message to the history as its turn starts: once, since a turn run
@@ -359,18 +402,21 @@ class Agent:
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate. The
         newest user message keeps the context block it was sent with (`core.context.request`)."""
+        messages = with_images(plan.messages, _IMAGES.get() or {})
         completion = await complete_recorded(
             self.llm,
             self.store,
             turn.chat.id,
             USAGE_KIND,
-            plan.messages,
+            messages,
             plan.tools,
             max_tokens=plan.answer_tokens,
             on_text=_SHOWING.get(),
         )
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
+        if messages is not plan.messages:
+            return completion  # an image's tokens would skew the text estimate's calibration
         calibrate_request(
             self.store,
             self.config,

@@ -162,8 +162,14 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str = "") -> dict[s
 
 
 def echo_responder(request: dict[str, Any]) -> FakeReply:
+    """`echo: <the last user message>`; of a message with image parts, its text and how
+    many images it carried (as a vision model describes, never the bytes)."""
     users = [m for m in request.get("messages", []) if m.get("role") == "user"]
     last = users[-1]["content"] if users else ""
+    if isinstance(last, list):
+        texts = [str(part.get("text", "")) for part in last if part.get("type") == "text"]
+        images = sum(1 for part in last if part.get("type") == "image_url")
+        last = f"{' '.join(texts)} (saw {images} image{'s' if images != 1 else ''})"
     return FakeReply(content=f"echo: {last}")
 
 
