@@ -9,10 +9,13 @@ attachment with an `error`, which the core turns into a clear reply.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
-from telegram import Message
+from telegram import Audio, Message, Voice
 from telegram.error import TelegramError
+from telegram.warnings import PTBDeprecationWarning
 
 from bots.telegram_inbound import media_placeholder
 from core.api import Attachment, Inbound
@@ -48,12 +51,23 @@ def media_file(message: Message) -> MediaFile | None:
     if message.voice is not None:
         voice = message.voice
         return MediaFile("voice", voice.file_id, voice.file_size, voice.mime_type or "audio/ogg",
-                         "voice.ogg", float(voice.duration))  # fmt: skip
+                         "voice.ogg", _seconds(voice))  # fmt: skip
     if message.audio is not None:
         audio = message.audio
         return MediaFile("audio", audio.file_id, audio.file_size, audio.mime_type or "",
-                         audio.file_name or "audio", float(audio.duration))  # fmt: skip
+                         audio.file_name or "audio", _seconds(audio))  # fmt: skip
     return None
+
+
+def _seconds(media: Voice | Audio) -> float:
+    """A voice note's or audio file's duration in seconds: an int in PTB 22.x, a timedelta
+    later (reading it as an int warns of that change, which is not ours to act on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        duration: object = media.duration
+    if isinstance(duration, timedelta):
+        return duration.total_seconds()
+    return float(duration) if isinstance(duration, int | float) else 0.0
 
 
 async def with_media(message: Message, inbound: Inbound, max_bytes: int) -> Inbound:
