@@ -60,7 +60,9 @@ async def _fetch(attachment: discord.Attachment, kind: MediaKind, max_bytes: int
                            attachment.duration)  # fmt: skip
     if attachment.size > max_bytes:
         size = f"{attachment.size / 1e6:.1f} MB"
-        return replace(described, error=f"the file is {size}; the limit is {max_bytes / 1e6:.0f} MB")
+        return replace(
+            described, error=f"the file is {size}; the limit is {max_bytes / 1e6:.0f} MB"
+        )
     try:
         data = await attachment.read()
     except (discord.HTTPException, OSError, ValueError) as exc:

@@ -1,6 +1,6 @@
 """An image as a vision model gets it: decoded with Pillow under a pixel guard, turned
-upright, resized under `[media] max_image_pixels` and re-encoded as JPEG until its data URL
-fits `[media] max_image_bytes`.
+upright, resized under `[media] max_image_pixels` and re-encoded as JPEG until what it adds
+to a request (its data URL and JSON) fits `[media] max_image_bytes`.
 
 Pure functions on bytes (no I/O): the caller runs `image_part` in a worker thread.
 """
@@ -22,6 +22,9 @@ DATA_URL_PREFIX = "data:image/jpeg;base64,"
 QUALITY_STEPS = (0, 10, 25, 40)  # subtracted from `jpeg_quality` before shrinking further
 SHRINK = 0.75  # each further step's side length, when no quality fits
 MAX_SHRINKS = 8
+# What an image adds to a request besides its data URL: the part's own JSON and the text
+# part its message's content becomes. Counted in, so a request grows by at most the cap.
+ENVELOPE_BYTES = 100
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def image_part(data: bytes, caps: MediaConfig) -> ImagePart:
     for _ in range(MAX_SHRINKS):
         for step in QUALITY_STEPS:
             url = _data_url(picture, max(30, caps.jpeg_quality - step))
-            if len(url) <= caps.max_image_bytes:
+            if len(url) + ENVELOPE_BYTES <= caps.max_image_bytes:
                 return ImagePart(url, picture.width, picture.height)
         size = (max(1, int(picture.width * SHRINK)), max(1, int(picture.height * SHRINK)))
         picture = picture.resize(size, Image.Resampling.LANCZOS)

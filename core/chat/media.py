@@ -35,7 +35,7 @@ NOT_KEPT = re.compile(r"\[(image|voice|audio) not kept: ([^\]]*)\]")
 NO_VISION_MARK = f"{MEDIA_DIR}/no-vision-told.txt"
 NO_VISION = (
     "(This model cannot see images, so I only got your words. To send images, use a "
-    "vision model, or set [media] vision = \"on\" if this one can.)"
+    'vision model, or set [media] vision = "on" if this one can.)'
 )
 NO_VISION_NO_TEXT = "This model cannot see images; please describe it or add a caption."
 VISION_NAMES = (
@@ -87,7 +87,9 @@ def _suffix(attachment: Attachment) -> str:
     mime = attachment.mime.split(";")[0].strip().lower()
     if mime in SUFFIXES:
         return SUFFIXES[mime]
-    suffix = "." + attachment.filename.rsplit(".", 1)[-1].lower() if "." in attachment.filename else ""
+    suffix = (
+        "." + attachment.filename.rsplit(".", 1)[-1].lower() if "." in attachment.filename else ""
+    )
     if re.fullmatch(r"\.[a-z0-9]{1,5}", suffix):
         return ".ogg" if suffix == ".oga" else suffix  # Telegram's .oga is Ogg (servers want .ogg)
     return ".jpg" if attachment.kind == "image" else ".ogg"
@@ -113,7 +115,9 @@ async def prepare_media(
     """The turn's media: images made into parts (when `vision`), voice notes transcribed.
     A problem (a damaged image, a failed transcription) becomes `refusal`, for the user."""
     turn = MediaTurn(text)
-    problems = [f"your {kind} could not be kept: {reason}" for kind, reason in NOT_KEPT.findall(text)]
+    problems = [
+        f"your {kind} could not be kept: {reason}" for kind, reason in NOT_KEPT.findall(text)
+    ]
     for match in PLACEHOLDER.finditer(text):
         kind, name, seconds = match.group(1), match.group(2), match.group(3)
         data = files.read_bytes(f"{chat_prefix(chat)}/{name}")
@@ -133,9 +137,7 @@ async def prepare_media(
     return turn
 
 
-async def _add_image(
-    config: Config, turn: MediaTurn, mark: str, data: bytes, vision: bool
-) -> str:
+async def _add_image(config: Config, turn: MediaTurn, mark: str, data: bytes, vision: bool) -> str:
     if not vision:
         turn.no_vision = True
         return ""
@@ -175,7 +177,9 @@ def claim_no_vision_notice(files: FileStore, chat: Chat) -> bool:
     return True
 
 
-def with_images(messages: list[dict[str, Any]], images: dict[str, ImagePart]) -> list[dict[str, Any]]:
+def with_images(
+    messages: list[dict[str, Any]], images: dict[str, ImagePart]
+) -> list[dict[str, Any]]:
     """`messages` with each image attached, as an image part, to the last user message that
     names it (the turn's own message; the history keeps only the placeholder)."""
     if not images:

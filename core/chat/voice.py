@@ -86,9 +86,7 @@ def _transcript(response: httpx.Response) -> str:
         logger.warning(
             "transcription failed: HTTP %s: %s", response.status_code, response.text[:300]
         )
-        raise TranscriptionFailed(
-            f"the transcription server answered HTTP {response.status_code}"
-        )
+        raise TranscriptionFailed(f"the transcription server answered HTTP {response.status_code}")
     try:
         body: Any = response.json()
     except ValueError:

@@ -9,14 +9,19 @@ import discord.ext.test as dpytest
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.chat.media import image_bytes_in
-from tests.bots.test_discord import Harness, dc_runtime, harness, sent_messages  # noqa: F401
+from tests.bots import test_discord
+from tests.bots.test_discord import Harness, sent_messages
 from tests.core.test_media import image_parts, photo
+
+# The Discord tests' fixtures (dpytest's fake gateway around the real core), shared.
+dc_runtime = test_discord.dc_runtime
+harness = test_discord.harness
 
 
 async def test_an_image_attachment_reaches_the_vision_model_and_not_the_history(
     harness: Harness,
     fake_llm: FakeOpenAIServer,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     harness.runtime.config.media.vision = "on"
     alice = harness.config.members[0]
