@@ -49,6 +49,11 @@ SUFFIXES = {
     "audio/wav": ".wav", "audio/x-wav": ".wav", "audio/webm": ".webm", "audio/flac": ".flac",
 }  # fmt: skip
 MIME_OF = {suffix: mime for mime, suffix in SUFFIXES.items()}
+# What servers say when a model gets an image it cannot take (llama.cpp without an mmproj,
+# vLLM's text models, servers that want string contents).
+REFUSED_IMAGE_HINTS = (
+    "image", "vision", "multimodal", "multi-modal", "mmproj", "valid string", "must be a string",
+)  # fmt: skip
 
 
 @dataclass
@@ -103,6 +108,12 @@ def sees_images(config: Config, profile_vision: bool | None, model: str) -> bool
         return profile_vision
     name = model.lower().rsplit("/", 1)[-1]
     return any(hint in name for hint in VISION_NAMES)
+
+
+def refuses_images(exc: Exception) -> bool:
+    """True when a server's error says the model cannot take image parts."""
+    said = str(exc).lower()
+    return any(hint in said for hint in REFUSED_IMAGE_HINTS)
 
 
 def has_media(text: str) -> bool:

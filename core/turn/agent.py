@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.api import Inbound, Outbound, TurnContext
-from core.chat.images import ImagePart
 from core.chat.keys import is_control_chat
 from core.chat.media import (
     NO_VISION,
@@ -21,6 +20,7 @@ from core.chat.media import (
     has_media,
     keep_attachments,
     prepare_media,
+    refuses_images,
     sees_images,
     with_images,
 )
@@ -70,9 +70,9 @@ STREAM_CUT_MARKER = "… [reply cut: the model stopped answering]"
 # variable, not an argument, so the tool loop between `answer` and the model call need
 # not carry it; each chat's turns run in their own task, so chats never share it.
 _SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
-# This turn's images (placeholder → image part): attached to its message in each request of
-# the turn, never stored (`core.chat.media`). Per task, like `_SHOWING`.
-_IMAGES: ContextVar[dict[str, ImagePart] | None] = ContextVar("images", default=None)
+# This turn's media: its images are attached to its message in each request of the turn,
+# never stored (`core.chat.media`). Per task, like `_SHOWING`.
+_MEDIA: ContextVar[MediaTurn | None] = ContextVar("media", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -122,11 +122,11 @@ class Agent:
         With `on_text`, the model's answers are streamed and shown there as they grow;
         the reply recorded is still the final text only, for the channel to `send`."""
         token = _SHOWING.set(on_text)
-        images = _IMAGES.set({})
+        media = _MEDIA.set(None)
         try:
             return await self._answer(message, lease)
         finally:
-            _IMAGES.reset(images)
+            _MEDIA.reset(media)
             _SHOWING.reset(token)
 
     async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
@@ -169,7 +169,7 @@ class Agent:
 
     async def _media(self, message: StoredInbound) -> tuple[StoredInbound, MediaTurn | None]:
         """The message with its voice notes transcribed, and what its media make of the turn
-        (its images wait in `_IMAGES` for the requests); None when it has none or is not
+        (its images wait in `_MEDIA` for the requests); None when it has none or is not
         answered (nothing is transcribed or decoded for unaddressed group chatter)."""
         inbound = message.inbound
         if not inbound.respond or not has_media(inbound.text):
@@ -177,9 +177,7 @@ class Agent:
         profile = load_profile(self.store, self.llm.model)
         vision = sees_images(self.config, profile.vision, self.llm.model)
         media = await prepare_media(self.config, self.files, message.chat, inbound.text, vision)
-        images = _IMAGES.get()
-        if images is not None:
-            images.update(media.images)
+        _MEDIA.set(media)
         return replace(message, inbound=replace(inbound, text=media.text)), media
 
     def _notice(self, turn: TurnContext, media: MediaTurn | None) -> str:
@@ -402,17 +400,16 @@ class Agent:
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate. The
         newest user message keeps the context block it was sent with (`core.context.request`)."""
-        messages = with_images(plan.messages, _IMAGES.get() or {})
-        completion = await complete_recorded(
-            self.llm,
-            self.store,
-            turn.chat.id,
-            USAGE_KIND,
-            messages,
-            plan.tools,
-            max_tokens=plan.answer_tokens,
-            on_text=_SHOWING.get(),
-        )
+        media = _MEDIA.get()
+        messages = with_images(plan.messages, media.images if media else {})
+        try:
+            completion = await self._send(turn, plan, messages)
+        except LLMError as exc:
+            if media is None or messages is plan.messages or not refuses_images(exc):
+                raise
+            self._learn_no_vision(turn, media, exc)
+            messages = plan.messages
+            completion = await self._send(turn, plan, messages)
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
         if messages is not plan.messages:
@@ -426,6 +423,30 @@ class Agent:
             completion.prompt_tokens,
         )
         return completion
+
+    async def _send(
+        self, turn: TurnContext, plan: RequestPlan, messages: list[dict[str, Any]]
+    ) -> Completion:
+        return await complete_recorded(
+            self.llm,
+            self.store,
+            turn.chat.id,
+            USAGE_KIND,
+            messages,
+            plan.tools,
+            max_tokens=plan.answer_tokens,
+            on_text=_SHOWING.get(),
+        )
+
+    def _learn_no_vision(self, turn: TurnContext, media: MediaTurn, exc: LLMError) -> None:
+        """The server refused the turn's images: the model is text-only (remembered unless
+        `[media] vision` decides), and the turn goes on with the words alone."""
+        logger.warning("the model refused images in %s (%s); sending the text alone",
+                       turn.chat.key, exc)  # fmt: skip
+        if self.config.media.vision == "auto":
+            learn(self.store, self.llm.model, vision=False)
+        media.images.clear()
+        media.no_vision = True
 
     def _reply(self, inbound: Inbound, text: str, is_error: bool = False) -> Outbound:
         """The reply to `inbound`, capped at `[agent] max_reply_chars` (a command's too)."""

@@ -230,3 +230,22 @@ async def test_an_attachment_the_adapter_could_not_fetch_gets_a_reason(
     inbound = Inbound("terminal", "alice", "see", attachments=(lost,))
     reply = await vision.dispatcher(inbound)
     assert reply is not None and "30.0 MB" in reply.text and fake_llm.requests == []
+
+
+async def test_a_server_that_refuses_images_teaches_the_profile_and_the_turn_goes_on(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    from core.model.profile import learn, load_profile
+
+    model = runtime.config.llm.model
+    learn(runtime.store, model, vision=True)  # believed to see (a name, an earlier server)
+    fake_llm.traits.no_vision = True
+    first = await runtime.dispatcher(with_image("my cat", photo()))
+    assert first is not None and not first.is_error
+    assert "cannot see images" in first.text and first.text.endswith("my cat")
+    assert load_profile(runtime.store, model).vision is False
+    refused, retried = fake_llm.requests[-2:]
+    assert len(image_parts(refused)) == 1 and image_parts(retried) == []
+    second = await runtime.dispatcher(with_image("my dog", photo()))
+    assert second is not None and second.text.endswith("my dog")
+    assert image_parts(fake_llm.requests[-1]) == [] and len(fake_llm.refused) == 1
