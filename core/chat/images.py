@@ -12,11 +12,13 @@ import io
 import math
 import warnings
 from dataclasses import dataclass
-
-from PIL import Image, ImageOps, UnidentifiedImageError
+from typing import TYPE_CHECKING
 
 from core.config import MediaConfig
 from core.errors import ImageRejected
+
+if TYPE_CHECKING:  # Pillow is imported on the first image, not with the turn loop
+    from PIL.Image import Image as Picture
 
 DATA_URL_PREFIX = "data:image/jpeg;base64,"
 QUALITY_STEPS = (0, 10, 25, 40)  # subtracted from `jpeg_quality` before shrinking further
@@ -42,6 +44,8 @@ class ImagePart:
 def image_part(data: bytes, caps: MediaConfig) -> ImagePart:
     """`data` (any format Pillow reads) as a JPEG data URL within the caps; `ImageRejected`
     says why not (not an image, too large to decode, cannot fit)."""
+    from PIL import Image
+
     picture = _decoded(data, caps.max_source_pixels)
     picture = _fitted(picture, caps.max_image_pixels)
     for _ in range(MAX_SHRINKS):
@@ -54,9 +58,11 @@ def image_part(data: bytes, caps: MediaConfig) -> ImagePart:
     raise ImageRejected(f"the image cannot be made to fit {caps.max_image_bytes:,} bytes")
 
 
-def _decoded(data: bytes, max_source_pixels: int) -> Image.Image:
+def _decoded(data: bytes, max_source_pixels: int) -> Picture:
     """The image decoded, upright, in RGB (transparency on white). Its header is read first:
     one over `max_source_pixels` is refused before a pixel is decoded."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -81,7 +87,9 @@ def _decoded(data: bytes, max_source_pixels: int) -> Image.Image:
     return _rgb(upright)
 
 
-def _rgb(picture: Image.Image) -> Image.Image:
+def _rgb(picture: Picture) -> Picture:
+    from PIL import Image
+
     if picture.mode in ("RGBA", "LA") or (picture.mode == "P" and "transparency" in picture.info):
         rgba = picture.convert("RGBA")
         flat = Image.new("RGB", rgba.size, (255, 255, 255))
@@ -90,8 +98,10 @@ def _rgb(picture: Image.Image) -> Image.Image:
     return picture.convert("RGB")
 
 
-def _fitted(picture: Image.Image, max_pixels: int) -> Image.Image:
+def _fitted(picture: Picture, max_pixels: int) -> Picture:
     """`picture` scaled down (never up) to at most `max_pixels` pixels, aspect kept."""
+    from PIL import Image
+
     pixels = picture.width * picture.height
     if pixels <= max_pixels:
         return picture
@@ -100,7 +110,7 @@ def _fitted(picture: Image.Image, max_pixels: int) -> Image.Image:
     return picture.resize(size, Image.Resampling.LANCZOS)
 
 
-def _data_url(picture: Image.Image, quality: int) -> str:
+def _data_url(picture: Picture, quality: int) -> str:
     buffer = io.BytesIO()
     picture.save(buffer, "JPEG", quality=quality, optimize=True)
     return DATA_URL_PREFIX + base64.b64encode(buffer.getvalue()).decode("ascii")

@@ -20,6 +20,7 @@ from core.chat.images import image_part
 from core.chat.media import TRANSCRIBED, image_bytes_in
 from core.config import MediaConfig
 from core.errors import ImageRejected
+from reflector.extraction import render_transcript
 
 
 def photo(width: int = 640, height: int = 480, fmt: str = "JPEG", noise: bool = False) -> bytes:
@@ -76,7 +77,7 @@ def vision(runtime: Runtime) -> Runtime:
 def whisper(runtime: Runtime) -> Iterator[FakeTranscriptionServer]:
     with FakeTranscriptionServer("remind me to buy milk") as server:
         runtime.config.media.transcription_url = server.base_url
-        runtime.config.media.transcription_timeout_s = 1.0
+        runtime.config.media.transcription_timeout_s = 15.0
         yield server
 
 
@@ -127,6 +128,11 @@ async def test_an_image_reaches_a_vision_model_once_and_never_the_history(
     assert chat is not None
     name = texts[0].split("file=", 1)[1].split("]", 1)[0]
     assert vision.agent.files.read_bytes(f"terminal/alice/{name}") is not None  # kept
+    # The reflector reads the caption and the model's description, never the bytes.
+    transcript = render_transcript(vision.store.history(chat.id))
+    assert transcript is not None and "base64" not in transcript.text
+    assert "[Alice]: [image file=media/" in transcript.text
+    assert "what colour is this? (saw 1 image)" in transcript.text  # the model's answer
 
 
 async def test_a_text_only_model_gets_the_caption_and_the_user_is_told_once(
@@ -201,7 +207,8 @@ async def test_a_failed_transcription_is_a_clear_reply_and_the_recording_is_kept
     if failure == "500":
         whisper.fail_next(500)
     else:
-        whisper.delay_s = 1.5  # over the 1 s timeout
+        runtime.config.media.transcription_timeout_s = 0.5
+        whisper.delay_s = 2.0  # over the timeout
     reply = await runtime.dispatcher(with_voice(b"OggS voice"))
     assert reply is not None and reply.is_error and "could not transcribe" in reply.text
     assert ("HTTP 500" if failure == "500" else "did not answer within") in reply.text
