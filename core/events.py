@@ -23,7 +23,7 @@ class Attachment:
     """
 
     kind: MediaKind
-    data: bytes = b""
+    data: bytes = field(default=b"", repr=False)  # never megabytes in a log line
     mime: str = ""
     filename: str = ""
     duration_s: float | None = None  # voice and audio, when the platform says

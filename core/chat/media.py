@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.api import Attachment, Chat, Inbound
+from core.api import Attachment, Chat, Check, Inbound
 from core.chat.files import chat_prefix
 from core.chat.images import ImagePart, image_part
 from core.chat.voice import transcribe
@@ -114,6 +114,25 @@ def refuses_images(exc: Exception) -> bool:
     """True when a server's error says the model cannot take image parts."""
     said = str(exc).lower()
     return any(hint in said for hint in REFUSED_IMAGE_HINTS)
+
+
+def media_checks(config: Config, profile_vision: bool | None) -> list[Check]:
+    """`mnemo doctor`'s lines: whether the model sees images, whether voice is transcribed."""
+    model = config.llm.model
+    sees = sees_images(config, profile_vision, model)
+    why = (
+        f"[media] vision = {config.media.vision!r}"
+        if config.media.vision != "auto"
+        else "its profile" if profile_vision is not None else "its name"
+    )
+    images = f"{model} {'sees images' if sees else 'is text-only: images reach it as captions'}"
+    media = config.media
+    voice = (
+        f"transcribed by {media.transcription_url} ({media.transcription_model})"
+        if media.transcription_url
+        else "not transcribed (set [media] transcription_url, docs/channels.md#voice)"
+    )
+    return [Check("images", True, f"{images} (by {why})"), Check("voice", True, voice)]
 
 
 def has_media(text: str) -> bool:

@@ -256,3 +256,18 @@ async def test_a_server_that_refuses_images_teaches_the_profile_and_the_turn_goe
     second = await runtime.dispatcher(with_image("my dog", photo()))
     assert second is not None and second.text.endswith("my dog")
     assert image_parts(fake_llm.requests[-1]) == [] and len(fake_llm.refused) == 1
+
+
+def test_doctor_says_whether_the_model_sees_images_and_how_voice_is_heard() -> None:
+    from core.chat.media import media_checks
+    from core.config import Config
+
+    config = Config()
+    config.llm.model = "llava:7b"
+    images, voice = media_checks(config, None)
+    assert images.line() == "[ok  ] images: llava:7b sees images (by its name)"
+    assert "set [media] transcription_url" in voice.line()
+    config.media.transcription_url = "http://127.0.0.1:8080/v1"
+    images, voice = media_checks(config, False)
+    assert "text-only" in images.detail and "(by its profile)" in images.detail
+    assert voice.detail == "transcribed by http://127.0.0.1:8080/v1 (whisper-1)"
