@@ -30,7 +30,11 @@ logger = logging.getLogger(__name__)
 
 MEDIA_DIR = "media"
 TRANSCRIBED = "🎤 (transcribed)"
-PLACEHOLDER = re.compile(r"\[(image|voice|audio) file=(media/[A-Za-z0-9._-]+)(?: (\d+)s)?\]")
+# A stored file's name starts with a letter or digit: a placeholder a user types cannot
+# name `..` or anything outside the chat's own media/ folder.
+PLACEHOLDER = re.compile(
+    r"\[(image|voice|audio) file=(media/[A-Za-z0-9][A-Za-z0-9._-]*)(?: (\d+)s)?\]"
+)
 NOT_KEPT = re.compile(r"\[(image|voice|audio) not kept: ([^\]]*)\]")
 NO_VISION_MARK = f"{MEDIA_DIR}/no-vision-told.txt"
 NO_VISION = (
@@ -123,7 +127,9 @@ def media_checks(config: Config, profile_vision: bool | None) -> list[Check]:
     why = (
         f"[media] vision = {config.media.vision!r}"
         if config.media.vision != "auto"
-        else "its profile" if profile_vision is not None else "its name"
+        else "its profile"
+        if profile_vision is not None
+        else "its name"
     )
     images = f"{model} {'sees images' if sees else 'is text-only: images reach it as captions'}"
     media = config.media
