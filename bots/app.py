@@ -27,15 +27,16 @@ def enabled_channels(runtime: Runtime) -> list[Channel]:
     """Channels to start: those enabled with their token set, and the terminal if wanted."""
     config = runtime.config
     channels: list[Channel] = []
+    commands = runtime.extensions.command_list()
+    download = config.media.max_download_bytes  # photos and voice notes fetched up to this
     if config.telegram.enabled and config.telegram.token:
         from bots.telegram import TelegramChannel
 
-        channels.append(TelegramChannel(config.telegram, runtime.extensions.command_list()))
+        channels.append(TelegramChannel(config.telegram, commands, download))
     if config.discord.enabled and config.discord.token:
         from bots.discord_bot import DiscordChannel
 
-        commands = runtime.extensions.command_list()
-        channels.append(DiscordChannel(config.discord, commands, runtime.store.find_chat))
+        channels.append(DiscordChannel(config.discord, commands, runtime.store.find_chat, download))
     if config.web.enabled:  # the dashboard's chat page is a channel too
         from bots.web.extension import WebExtension
 

@@ -89,8 +89,14 @@ def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> 
 
 @cli.group(cls=LazyGroup, invoke_without_command=True)
 @click.option("--chat-id", default=None, help="Terminal chat id (default: [terminal] chat_id).")
+@click.option(
+    "--image",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Send this image with the first message (later: a `/image PATH` line).",
+)
 @click.pass_context
-def chat(ctx: click.Context, chat_id: str | None) -> None:
+def chat(ctx: click.Context, chat_id: str | None, image: Path | None) -> None:
     """Talk to the bot in this terminal (reads one message per line when piped); or
     export or delete a chat's data (`mnemo chat export|delete CHAT`)."""
     import asyncio
@@ -106,7 +112,9 @@ def chat(ctx: click.Context, chat_id: str | None) -> None:
     with serving_model(context.config, sys.stdin.isatty()) as (config, server):
         runtime = runtime_for(config, server)
         terminal = runtime.config.terminal
-        channel = TerminalChannel(chat_id or terminal.chat_id, streaming=terminal.streaming)
+        channel = TerminalChannel(
+            chat_id or terminal.chat_id, streaming=terminal.streaming, image=image
+        )
         try:
             asyncio.run(_chat(runtime, channel))
         finally:

@@ -38,6 +38,7 @@ from bots.discord_commands import (
     build_tree,
     sync_tree,
 )
+from bots.discord_media import with_media
 from bots.discord_stream import DiscordStreams
 from bots.message_split import split_message
 from core.api import Chat, ChatKind, Command, Handler, Inbound, Outbound
@@ -133,9 +134,14 @@ class DiscordChannel:
     name = "discord"
 
     def __init__(
-        self, config: DiscordConfig, commands: list[Command], find_chat: FindChat | None = None
+        self,
+        config: DiscordConfig,
+        commands: list[Command],
+        find_chat: FindChat | None = None,
+        max_download_bytes: int = 20_000_000,
     ) -> None:
         self.config = config
+        self.max_download_bytes = max_download_bytes  # `[media] max_download_bytes`
         self.command_names = {command.name for command in commands}
         self.client = build_client(config, self._on_message)
         self.find_chat = find_chat  # for autocomplete (a chat's memories); None: no suggestions
@@ -214,6 +220,7 @@ class DiscordChannel:
             inbound = await self.translate(message)
             if inbound is None:
                 return
+            inbound = await with_media(message, inbound, self.max_download_bytes)
             self._destinations[inbound.chat_id] = message.channel
             # The core stores it at once, shows `typing` while its turn runs, sends the reply.
             reply = await self._handler(inbound)

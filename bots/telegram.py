@@ -32,6 +32,7 @@ from bots.telegram_inbound import (
     strip_mention,
     to_inbound,
 )
+from bots.telegram_media import DEFAULT_MAX_DOWNLOAD, with_media
 from bots.telegram_stream import TelegramStreams
 from bots.telegram_updates import SkippingUpdatesRequest
 from bots.telegram_webhook import NotStored, TelegramWebhook
@@ -63,8 +64,14 @@ class TelegramChannel:
 
     name = "telegram"
 
-    def __init__(self, config: TelegramConfig, commands: list[Command]) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        commands: list[Command],
+        max_download_bytes: int = DEFAULT_MAX_DOWNLOAD,
+    ) -> None:
         self.config = config
+        self.max_download_bytes = max_download_bytes  # `[media] max_download_bytes`
         self.commands = commands
         self._bot: Bot | None = None
         self._identity: BotIdentity | None = None
@@ -250,7 +257,8 @@ class TelegramChannel:
         if message.chat.type == ChatType.PRIVATE:
             if not await self._private_allowed(message):
                 return None
-            return to_inbound(message, text, respond=True)
+            inbound = to_inbound(message, text, respond=True)
+            return await with_media(message, inbound, self.max_download_bytes)
         if self.config.allowed_chat_ids and message.chat.id not in self.config.allowed_chat_ids:
             logger.debug("ignoring group %s (not in allowed_chat_ids)", message.chat.id)
             return None
@@ -269,7 +277,8 @@ class TelegramChannel:
             return None
         if addressed:
             text = strip_mention(text, self._identity)
-        return to_inbound(message, text, respond=respond)
+        inbound = to_inbound(message, text, respond=respond)
+        return await with_media(message, inbound, self.max_download_bytes)
 
     async def _private_allowed(self, message: Message) -> bool:
         """Allowed users pass; anyone else gets one refusal per run that shows their id.

@@ -67,14 +67,15 @@ def message_text(message: Message) -> str | None:
             return None
     if message.text:
         return message.text
-    placeholder = _media_placeholder(message)
+    placeholder = media_placeholder(message)
     if placeholder is None:
         return None
     caption = (message.caption or "").strip()
     return f"{placeholder} {caption}" if caption else placeholder
 
 
-def _media_placeholder(message: Message) -> str | None:
+def media_placeholder(message: Message) -> str | None:
+    """What stands for a message's media in its text (`[image]`, `[voice message]`, …)."""
     if message.photo:
         return "[image]"
     if message.sticker:

@@ -4,20 +4,28 @@ Interactive (stdin is a terminal): a prompt per message. Scripted (stdin is a pi
 file): one message per line, each reply printed on stdout, exit at end of input. With
 streaming on (`[terminal] streaming`, the default) a reply is printed as it grows; its
 final text ends the line (or, when it differs from what was printed, follows in full).
+
+`/image PATH [caption]` and `/voice PATH` send a file from disk with the message (and
+`mnemo chat --image PATH` attaches one to the first message).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import mimetypes
+import shlex
 import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import TextIO
 
-from core.api import Handler, Inbound, Outbound
+from core.api import Attachment, Handler, Inbound, Outbound
+from core.events import MediaKind
 
 PROMPT = "you> "
+FILE_COMMANDS: dict[str, MediaKind] = {"/image": "image", "/voice": "voice"}
 
 
 class TerminalChannel:
@@ -30,8 +38,10 @@ class TerminalChannel:
         stdout: TextIO | None = None,
         interactive: bool | None = None,
         streaming: bool = True,
+        image: Path | None = None,
     ) -> None:
         self.chat_id = chat_id
+        self.image = image  # attached to the first message (`mnemo chat --image PATH`)
         self.streaming = streaming
         self._printed: dict[str, str] = {}  # reply_to → the partial text printed so far
         self.stdin = stdin or sys.stdin
@@ -53,10 +63,31 @@ class TerminalChannel:
             text = line.rstrip("\n")
             if not text.strip():
                 continue
-            inbound = Inbound(self.name, self.chat_id, text, sender_id="local", sender_name="you")
+            inbound = self._inbound(text)
+            if inbound is None:
+                continue
             reply = await handler(inbound)
             if reply is not None:
                 await self.send(reply)
+
+    def _inbound(self, text: str) -> Inbound | None:
+        """The message for a line; a `/image PATH` or `/voice PATH` line carries the file
+        (None, with the reason printed, when it cannot be read)."""
+        attachments: tuple[Attachment, ...] = ()
+        head, _, rest = text.strip().partition(" ")
+        try:
+            if head in FILE_COMMANDS:
+                path, text = _path_and_caption(rest)
+                attachments = (read_attachment(FILE_COMMANDS[head], path),)
+            elif self.image is not None:
+                attachments = (read_attachment("image", self.image),)
+        except (OSError, ValueError) as exc:
+            self._write(f"mnemo: cannot send that file: {exc}")
+            return None
+        finally:
+            self.image = None
+        return Inbound(self.name, self.chat_id, text, sender_id="local", sender_name="you",
+                       attachments=attachments)  # fmt: skip
 
     def _read_lines(
         self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[str | None]
@@ -103,3 +134,17 @@ class TerminalChannel:
     def _write(self, text: str, newline: bool = True) -> None:
         self.stdout.write(text + ("\n" if newline else ""))
         self.stdout.flush()
+
+
+def _path_and_caption(rest: str) -> tuple[Path, str]:
+    """`PATH caption words` (the path may be quoted) → (path, caption)."""
+    words = shlex.split(rest)
+    if not words:
+        raise ValueError("say which file: /image PATH [caption]")
+    return Path(words[0]).expanduser(), " ".join(words[1:])
+
+
+def read_attachment(kind: MediaKind, path: Path) -> Attachment:
+    """A file from disk as an attachment (its type guessed from its name)."""
+    mime = mimetypes.guess_type(path.name)[0] or ""
+    return Attachment(kind, path.read_bytes(), mime, path.name)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from core.events import (
+    Attachment,
     Channel,
     ChatKind,
     Handler,
@@ -23,6 +24,7 @@ from core.events import (
 )
 
 __all__ = [
+    "Attachment",
     "Channel",
     "Chat",
     "ChatDataSection",

@@ -468,6 +468,31 @@ class TasksConfig(Section):
         return value
 
 
+class MediaConfig(Section):
+    """Images and voice notes (`core.chat.media`): what reaches the model, within which caps.
+
+    `vision`: "auto" asks the model profile (or knows the model's name); "on"/"off" decide.
+    `max_image_bytes` caps one image as sent (its base64 data URL); `max_image_pixels` caps
+    its width × height after resizing; `max_source_pixels` refuses larger images unread
+    (decompression bombs). Voice is transcribed only with a `transcription_url` (an
+    OpenAI-compatible server's /v1); its key comes from the env var `transcription_key_env`.
+    """
+
+    vision: Literal["auto", "on", "off"] = "auto"
+    max_image_bytes: int = Field(default=1_000_000, ge=10_000)
+    max_image_pixels: int = Field(default=1_200_000, ge=10_000)
+    max_source_pixels: int = Field(default=50_000_000, ge=100_000)
+    max_download_bytes: int = Field(default=20_000_000, ge=100_000)
+    jpeg_quality: int = Field(default=85, ge=30, le=95)
+    transcription_url: str = ""
+    transcription_model: str = "whisper-1"
+    transcription_key_env: str = "MNEMO_TRANSCRIPTION_KEY"
+    transcription_language: str = ""  # "": the server detects it
+    transcription_timeout_s: float = Field(default=120.0, gt=0)
+    max_voice_seconds: int = Field(default=600, ge=1)
+    max_voice_bytes: int = Field(default=25_000_000, ge=10_000)
+
+
 class LoggingConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
@@ -489,6 +514,7 @@ class Config(Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
 

@@ -27,7 +27,10 @@ MnemoError
 │   ├── FetchRefused       the URL's scheme or address is not allowed (private, loopback, …)
 │   ├── FetchTooLarge      the body went over the size cap (the rest was not read)
 │   └── FetchTimeout       the fetch (redirects and body included) went over its deadline
-└── SkillError             a skill is malformed, unknown, or a path escapes its folder
+├── SkillError             a skill is malformed, unknown, or a path escapes its folder
+└── MediaError             an image or voice message could not be used
+    ├── ImageRejected      not an image Pillow reads, too large to decode, or over the caps
+    └── TranscriptionFailed  no transcription server, over the caps, or the server failed
 
 Other packages subclass these where a caller must tell a case apart:
 `memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact) and
@@ -172,3 +175,15 @@ class FetchTimeout(FetchError):
 class SkillError(MnemoError, ValueError):
     """A skill is malformed (front matter, name, size), unknown, or a path leaves its folder;
     the message says which and why."""
+
+
+class MediaError(MnemoError):
+    """An image or a voice message could not be used; the message says why, for the user."""
+
+
+class ImageRejected(MediaError):
+    """The image cannot be read, is too large to decode, or cannot fit the caps."""
+
+
+class TranscriptionFailed(MediaError):
+    """A voice message could not be transcribed (none configured, caps, server failure)."""

@@ -9,6 +9,25 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 ChatKind = Literal["private", "group", "channel", "thread"]
+MediaKind = Literal["image", "voice", "audio"]
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A photo, voice note or audio file that came with a message, as its adapter fetched it.
+
+    `data` is the file's bytes; empty when the adapter could not fetch it, with `error`
+    saying why (too large to download, the platform refused). The core keeps the bytes in
+    the chat's files as the message is stored, and the message keeps only a placeholder
+    naming the stored file (`core.chat.media`).
+    """
+
+    kind: MediaKind
+    data: bytes = field(default=b"", repr=False)  # never megabytes in a log line
+    mime: str = ""
+    filename: str = ""
+    duration_s: float | None = None  # voice and audio, when the platform says
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -32,6 +51,7 @@ class Inbound:
     respond: bool = True
     message_id: str = ""
     sender_is_admin: bool = False
+    attachments: tuple[Attachment, ...] = ()  # `text` is then the caption (maybe "")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from core.api import Chat, ChatDataSection
 from core.chat.files import ARCHIVE_DIR, TOOL_RESULTS_DIR, chat_prefix
+from core.chat.media import MEDIA_DIR, NO_VISION_MARK
 from core.clock import now_iso
 from core.config import Config
 from core.storage.file_store import FileStore
@@ -29,6 +30,7 @@ MESSAGES = "messages"
 SUMMARY = "session summary"
 ARCHIVES = "compaction archives"
 TOOL_RESULTS = "stored tool results"
+MEDIA = "images and voice notes"
 EXPORT_FORMAT = "mnemo-chat-export/1"
 PAGE = 1000
 KEPT = (
@@ -158,7 +160,17 @@ class CoreChatData:
             SUMMARY: int(bool(self.store.session(chat.id).summary)),
             ARCHIVES: len(self.files.list(f"{prefix}/{ARCHIVE_DIR}")),
             TOOL_RESULTS: len(self.files.list(f"{prefix}/{TOOL_RESULTS_DIR}")),
+            MEDIA: len(self._media_files(chat)),
         }
+
+    def _media_files(self, chat: Chat) -> list[str]:
+        """The chat's images and voice notes (`core.chat.media`), by path."""
+        prefix = chat_prefix(chat)
+        return [
+            path
+            for path in self.files.list(f"{prefix}/{MEDIA_DIR}")
+            if path != f"{prefix}/{NO_VISION_MARK}"
+        ]
 
     def export(self, chat: Chat) -> list[ChatDataSection]:
         messages = list(all_messages(self.store, chat.id))
@@ -184,6 +196,11 @@ class CoreChatData:
                 f"### {item['path']}\n\n```\n{item['content']}\n```" for item in stored
             )
             sections.append(ChatDataSection("tool_results", "Stored tool results", stored, text))
+        media = [{"path": path.removeprefix(f"{prefix}/")} for path in self._media_files(chat)]
+        if media:
+            listed = "\n".join(f"- {item['path']}" for item in media)
+            sections.append(ChatDataSection("media", "Images and voice notes (files kept "
+                                            "in the chat's directory)", media, listed))  # fmt: skip
         return sections
 
     def forget(self, chat: Chat) -> dict[str, int]:

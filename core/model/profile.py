@@ -53,6 +53,7 @@ class ModelProfile:
     tools_in_prompt: bool | None = None
     structured: StructuredMode | None = None
     served_model: str | None = None  # the id the server reports (the label to show)
+    vision: bool | None = None  # takes image parts; None: not known (`core.chat.media` guesses)
 
     def facts(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "model" and v not in (None, "")}

@@ -8,6 +8,7 @@ process on any machine reads the same memory. `mnemo chat export` still writes M
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import stat
@@ -17,6 +18,8 @@ from typing import Protocol
 
 from core.errors import InputError
 from core.storage.database import Database
+
+BASE64_MARK = "base64:"  # a binary file's content in `stored_files` (a TEXT column)
 
 
 class FileStore(Protocol):
@@ -30,6 +33,14 @@ class FileStore(Protocol):
 
     def write_text(self, path: str, text: str) -> None:
         """Create or replace the file atomically (a crash leaves the old or the new text)."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A binary file's bytes (an image, a voice note), or None if there is none."""
+        ...
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Create or replace a binary file atomically."""
         ...
 
     def delete(self, path: str) -> bool:
@@ -98,6 +109,19 @@ class DirectoryFileStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, target)
+
+    def read_bytes(self, path: str) -> bytes | None:
+        try:
+            return self._path(path).read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return None
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        target = self._path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(data)
         os.replace(temporary, target)
 
     def delete(self, path: str) -> bool:
@@ -222,6 +246,18 @@ class DatabaseFileStore:
             " DO UPDATE SET content = excluded.content, updated_at = mnemo_now()",
             (clean_path(path), text),
         )
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """A binary file is a row whose content is `base64:` and its bytes in base64."""
+        text = self.read_text(path)
+        if text is None:
+            return None
+        if text.startswith(BASE64_MARK):
+            return base64.b64decode(text[len(BASE64_MARK) :])
+        return text.encode("utf-8")
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        self.write_text(path, BASE64_MARK + base64.b64encode(data).decode("ascii"))
 
     def delete(self, path: str) -> bool:
         return self.db.write("DELETE FROM stored_files WHERE path = ?", (clean_path(path),)) > 0

@@ -12,6 +12,17 @@ from typing import Any
 
 from core.api import Inbound, Outbound, TurnContext
 from core.chat.keys import is_control_chat
+from core.chat.media import (
+    NO_VISION,
+    MediaTurn,
+    claim_no_vision_notice,
+    has_media,
+    keep_attachments,
+    prepare_media,
+    refuses_images,
+    sees_images,
+    with_images,
+)
 from core.config import Config
 from core.context.compaction import Compactor
 from core.context.plan import RequestPlan, RequestPlanner
@@ -60,6 +71,9 @@ STREAM_CUT_MARKER = "… [reply cut: the model stopped answering]"
 # variable, not an argument, so the tool loop between `answer` and the model call need
 # not carry it; each chat's turns run in their own task, so chats never share it.
 _SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
+# This turn's media: its images are attached to its message in each request of the turn,
+# never stored (`core.chat.media`). Per task, like `_SHOWING`.
+_MEDIA: ContextVar[MediaTurn | None] = ContextVar("media", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -90,11 +104,12 @@ class Agent:
         """Store an arriving message before it waits for its chat's turn; None when the
         chat already has it (a replayed update). Raises `StorageError` (`StorageFull` on
         a full disk) when it could not be stored."""
-        inbound = replace(inbound, text=clean_text(inbound.text))
         with self.store.transaction():
             chat = self.store.get_or_create_chat(
                 inbound.channel, inbound.chat_id, inbound.chat_title, inbound.chat_kind
             )
+            inbound = keep_attachments(self.files, chat, inbound)  # bytes to the chat's files
+            inbound = replace(inbound, text=clean_text(inbound.text))
             return self.deliveries.receive(chat, inbound)
 
     async def answer(
@@ -109,9 +124,11 @@ class Agent:
         With `on_text`, the model's answers are streamed and shown there as they grow;
         the reply recorded is still the final text only, for the channel to `send`."""
         token = _SHOWING.set(on_text)
+        media = _MEDIA.set(None)
         try:
             return await self._answer(message, lease)
         finally:
+            _MEDIA.reset(media)
             _SHOWING.reset(token)
 
     async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
@@ -124,10 +141,14 @@ class Agent:
             if self.store.chat_by_id(chat.id) is None:  # the command deleted the chat
                 return StoredReply(0, self._reply(inbound, text))  # (/forgetme): unrecorded
             return self.finish(message, lease, [], self._reply(inbound, text))
+        message, media = await self._media(message)
+        turn = replace(turn, inbound=message.inbound)
         if not turn.user_message_id:
             turn = replace(turn, user_message_id=self._add_to_history(message, lease))
         if not inbound.respond:
             return self.finish(message, lease, [], None)
+        if media is not None and media.refusal:
+            return self.finish(message, lease, [], self._reply(inbound, media.refusal, True))
         answer = await self.extensions.intercept(turn)
         if answer is not None:
             return self.finish(
@@ -139,13 +160,33 @@ class Agent:
             logger.warning("turn failed for chat %s: %s", chat.key, exc)
             error = self._reply(inbound, user_facing_error(exc), is_error=True)
             return self.finish(message, lease, [], error)
+        notice = self._notice(turn, media)
         reply = self.finish(message, lease, [_to_new_message(entry) for entry in entries],
-                            self._reply(inbound, text))  # fmt: skip
+                            self._reply(inbound, notice + text))  # fmt: skip
         try:
             await self.extensions.after_turn(turn)
         except Exception:  # the reply is recorded: a hook's failure must not cost it
             logger.exception("after_turn failed in %s", chat.key)
         return reply
+
+    async def _media(self, message: StoredInbound) -> tuple[StoredInbound, MediaTurn | None]:
+        """The message with its voice notes transcribed, and what its media make of the turn
+        (its images wait in `_MEDIA` for the requests); None when it has none or is not
+        answered (nothing is transcribed or decoded for unaddressed group chatter)."""
+        inbound = message.inbound
+        if not inbound.respond or not has_media(inbound.text):
+            return message, None
+        profile = load_profile(self.store, self.llm.model)
+        vision = sees_images(self.config, profile.vision, self.llm.model)
+        media = await prepare_media(self.config, self.files, message.chat, inbound.text, vision)
+        _MEDIA.set(media)
+        return replace(message, inbound=replace(inbound, text=media.text)), media
+
+    def _notice(self, turn: TurnContext, media: MediaTurn | None) -> str:
+        """What the reply says first: that the model cannot see images, once per chat."""
+        if media is None or not media.no_vision:
+            return ""
+        return NO_VISION + "\n\n" if claim_no_vision_notice(self.files, turn.chat) else ""
 
     def _add_to_history(self, message: StoredInbound, lease: TurnLease | None) -> int:
         """Add the user message to the history as its turn starts: once, since a turn run
@@ -350,18 +391,20 @@ class Agent:
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate. The
         newest user message keeps the context block it was sent with (`core.context.request`)."""
-        completion = await complete_recorded(
-            self.llm,
-            self.store,
-            turn.chat.id,
-            USAGE_KIND,
-            plan.messages,
-            plan.tools,
-            max_tokens=plan.answer_tokens,
-            on_text=_SHOWING.get(),
-        )
+        media = _MEDIA.get()
+        messages = with_images(plan.messages, media.images if media else {})
+        try:
+            completion = await self._send(turn, plan, messages)
+        except LLMError as exc:
+            if media is None or messages is plan.messages or not refuses_images(exc):
+                raise
+            self._learn_no_vision(turn, media, exc)
+            messages = plan.messages
+            completion = await self._send(turn, plan, messages)
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
+        if messages is not plan.messages:
+            return completion  # an image's tokens would skew the text estimate's calibration
         calibrate_request(
             self.store,
             self.config,
@@ -371,6 +414,30 @@ class Agent:
             completion.prompt_tokens,
         )
         return completion
+
+    async def _send(
+        self, turn: TurnContext, plan: RequestPlan, messages: list[dict[str, Any]]
+    ) -> Completion:
+        return await complete_recorded(
+            self.llm,
+            self.store,
+            turn.chat.id,
+            USAGE_KIND,
+            messages,
+            plan.tools,
+            max_tokens=plan.answer_tokens,
+            on_text=_SHOWING.get(),
+        )
+
+    def _learn_no_vision(self, turn: TurnContext, media: MediaTurn, exc: LLMError) -> None:
+        """The server refused the turn's images: the model is text-only (remembered unless
+        `[media] vision` decides), and the turn goes on with the words alone."""
+        logger.warning("the model refused images in %s (%s); sending the text alone",
+                       turn.chat.key, exc)  # fmt: skip
+        if self.config.media.vision == "auto":
+            learn(self.store, self.llm.model, vision=False)
+        media.images.clear()
+        media.no_vision = True
 
     def _reply(self, inbound: Inbound, text: str, is_error: bool = False) -> Outbound:
         """The reply to `inbound`, capped at `[agent] max_reply_chars` (a command's too)."""

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.api import Chat, ChatDataSection, Command, Extension, Tool, TurnContext
+from core.api import Chat, ChatDataSection, Check, Command, Extension, Tool, TurnContext
 from core.chat.data import CoreChatData
 from core.chat.forget_me import ForgetMe
+from core.chat.media import media_checks
 from core.clock import utc_now
 from core.config import Config
 from core.context.compaction import Compactor
 from core.context.plan import RequestPlanner
 from core.context.report import context_report
+from core.model.profile import load_profile
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
 from core.tools.results import read_tool
@@ -62,6 +64,11 @@ class CoreExtension(Extension):
 
     def tools(self) -> list[Tool]:
         return [TIME_TOOL, read_tool(self.config, self.files)]
+
+    async def checks(self) -> list[Check]:
+        """Images and voice (`core.chat.media`): what the model sees, whether voice is heard."""
+        vision = load_profile(self.store, self.config.llm.model).vision
+        return media_checks(self.config, vision)
 
     def commands(self) -> list[Command]:
         return [

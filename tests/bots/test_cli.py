@@ -24,6 +24,7 @@ BENCHES = {
     "kv",
     "locomo",
     "longrun",
+    "media",
     "memory",
     "reflector",
     "scale",

@@ -153,10 +153,11 @@ async def test_long_reply_is_split_at_2000_keeping_code_blocks(
 
 
 async def test_attachment_is_stored_as_a_placeholder(harness: Harness) -> None:
+    """A file that is neither an image nor audio (those: tests/bots/test_discord_media.py)."""
     dm = await harness.config.members[0].create_dm()
-    await dpytest.message("look at this", channel=dm, member=0, attachments=["holiday.png"])
+    await dpytest.message("look at this", channel=dm, member=0, attachments=["notes.pdf"])
     [reply] = sent_messages()
-    assert reply.content == "echo: [image] look at this"
+    assert reply.content == "echo: [file: notes.pdf] look at this"
 
 
 async def test_thread_is_its_own_session(harness: Harness) -> None:

@@ -324,8 +324,12 @@ async def test_media_is_stored_as_a_placeholder(
         tg.push_message(private(ALICE), ALICE, document=document)
         await eventually(lambda: len(replies_to(tg, 101)) == 2)
     users = [row[2] for row in stored(tg_runtime, "101") if row[0] == "user"]
-    assert users == ["[image] my new kitchen", "[file: notes.pdf]"]
-    assert tg.sent("getFile") == []  # the bytes are never downloaded
+    # A photo is fetched (tests/bots/test_telegram_media.py); this one Telegram does not
+    # have, which the reply says. Other files stay placeholders, never downloaded.
+    assert users[0].startswith("[image not kept: Telegram did not hand the file over")
+    assert users[0].endswith("my new kitchen") and users[1] == "[file: notes.pdf]"
+    assert "could not be kept" in str(replies_to(tg, 101)[0]["text"])
+    assert [call["file_id"] for call in tg.sent("getFile")] == ["AgAD"]
 
 
 async def test_a_channel_that_fails_to_start_does_not_stop_the_others(

@@ -37,6 +37,17 @@ def test_write_read_replace_delete(files: FileStore) -> None:
     assert files.read_text("telegram/42/AGENTS.md") is None
 
 
+def test_binary_files_round_trip_and_go_with_their_tree(files: FileStore) -> None:
+    """Images and voice notes (`core.chat.media`): any bytes, NULs and invalid UTF-8 too."""
+    data = bytes(range(256)) * 40
+    assert files.read_bytes("telegram/42/media/a.jpg") is None
+    files.write_bytes("telegram/42/media/a.jpg", data)
+    assert files.read_bytes("telegram/42/media/a.jpg") == data
+    assert files.list("telegram/42/") == ["telegram/42/media/a.jpg"]
+    assert files.delete_tree("telegram/42") == 1
+    assert files.read_bytes("telegram/42/media/a.jpg") is None
+
+
 def test_trees_list_and_delete_only_their_own_files(files: FileStore) -> None:
     files.write_text("telegram/42/AGENTS.md", "a")
     files.write_text("telegram/42/archive/one.md", "b")

@@ -77,6 +77,7 @@ class ServerTraits:
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
     stream: str = "sse"  # on `stream: true`: "sse", "refuse" (400) or "json" (a whole answer)
     no_stream_options: bool = False  # 400 on `stream_options` (older OpenAI-compatible servers)
+    no_vision: bool = False  # 500 on an image part, as llama.cpp's server without an mmproj
 
     def models_body(self) -> dict[str, Any]:
         names = self.ollama_names() if self.ollama else list(self.served)
@@ -126,6 +127,8 @@ class ServerTraits:
                 "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
                 "'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"
             )
+        if self.no_vision and any(isinstance(m.get("content"), list) for m in messages):
+            return 500, "image input is not supported - hint: you may need to provide the mmproj"
         if self.no_stream_options and "stream_options" in request:
             return 400, "Unrecognized request argument supplied: stream_options"
         if self.stream == "refuse" and request.get("stream"):
@@ -162,8 +165,14 @@ def tool_call(name: str, arguments: dict[str, Any], call_id: str = "") -> dict[s
 
 
 def echo_responder(request: dict[str, Any]) -> FakeReply:
+    """`echo: <the last user message>`; of a message with image parts, its text and how
+    many images it carried (as a vision model describes, never the bytes)."""
     users = [m for m in request.get("messages", []) if m.get("role") == "user"]
     last = users[-1]["content"] if users else ""
+    if isinstance(last, list):
+        texts = [str(part.get("text", "")) for part in last if part.get("type") == "text"]
+        images = sum(1 for part in last if part.get("type") == "image_url")
+        last = f"{' '.join(texts)} (saw {images} image{'s' if images != 1 else ''})"
     return FakeReply(content=f"echo: {last}")
 
 

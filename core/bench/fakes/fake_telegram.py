@@ -11,6 +11,9 @@ After setWebhook, updates are POSTed to the webhook URL instead, with the secret
 (several chats at once, up to `max_connections`), an update forgotten once its POST was
 answered 2xx, and any other answer (or none) retried after `webhook_retry_s`;
 getUpdates is refused (409) while a webhook is set.
+
+Files (photos, voice notes) are added with `add_file()`; getFile answers their `file_path`
+and a GET of `/file/bot<token>/<file_path>` serves their bytes, as the real server does.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ class FakeTelegramServer(LoopbackServer):
         self._in_flight: set[int] = set()  # update ids being POSTed
         self._retry_at: dict[int, float] = {}  # update id → when its next POST may go
         self._closing = False
+        self.files: dict[str, bytes] = {}  # file_id → bytes (getFile, /file/bot<token>/…)
         self._delivery = threading.Thread(target=self._deliver_forever, daemon=True)
         super().__init__(self._handler_class())
 
@@ -147,6 +151,14 @@ class FakeTelegramServer(LoopbackServer):
             message["text"] = text
         self.push_update({"message": message})
         return message_id
+
+    def add_file(self, data: bytes, suffix: str = ".jpg") -> dict[str, Any]:
+        """Store a file; returns the fields a message's photo size, voice or document has
+        (`file_id`, `file_unique_id`, `file_size`)."""
+        with self._changed:
+            file_id = f"file{len(self.files) + 1}{suffix}"
+            self.files[file_id] = data
+        return {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data)}
 
     def push_update(self, update: dict[str, Any]) -> int:
         """Queue a raw update (any fields, even ones Telegram would never send); returns its id."""
@@ -216,6 +228,8 @@ class FakeTelegramServer(LoopbackServer):
             return self._edit_message(params)
         if method == "deleteMessage":
             return self._delete_message(params)
+        if method == "getFile":
+            return self._get_file(params)
         return 404, _error(404, "Not Found: method not found")
 
     def _me(self) -> dict[str, Any]:
@@ -392,6 +406,22 @@ class FakeTelegramServer(LoopbackServer):
                 return 400, _error(400, "Bad Request: message to delete not found")
         return 200, {"ok": True, "result": True}
 
+    def _get_file(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        file_id = str(params.get("file_id", ""))
+        with self._changed:
+            data = self.files.get(file_id)
+        if data is None:
+            return 400, _error(400, "Bad Request: invalid file_id")
+        result = {"file_id": file_id, "file_unique_id": f"u{file_id}", "file_size": len(data),
+                  "file_path": f"files/{file_id}"}  # fmt: skip
+        return 200, {"ok": True, "result": result}
+
+    def file_bytes(self, path: str) -> bytes | None:
+        """The bytes a GET of `/file/bot<token>/files/<file_id>` downloads, if any."""
+        with self._changed:
+            self.calls.append(Call("download", {"path": path}, time.monotonic()))
+            return self.files.get(path.rsplit("/", 1)[-1]) if "/files/" in path else None
+
     def _handler_class(self) -> type[JsonHandler]:
         server = self
 
@@ -402,7 +432,15 @@ class FakeTelegramServer(LoopbackServer):
                 status, answer = server.answer(method, _form(body, self.headers))
                 self.send_json(status, json.dumps(answer))
 
-            do_GET = do_POST
+            def do_GET(self) -> None:
+                if not self.path.startswith("/file/"):
+                    self.do_POST()
+                    return
+                data = server.file_bytes(self.path)
+                if data is None:
+                    self.send_json(404, json.dumps(_error(404, "Not Found")))
+                else:
+                    self.send_body(200, data, "application/octet-stream")
 
         return Handler
 
