@@ -127,6 +127,21 @@ class MemoryConfig(Section):
     token_budget: int = Field(default=1500, ge=0)
     file_scope_max_chars: int = Field(default=20_000, ge=100)
     file_total_max_chars: int = Field(default=50_000, ge=100)
+    # Episodic recall (docs/memory.md): the "recalled" section's own budget, plus what the
+    # memories leave of theirs; 0 turns the section off (conversation_search stays).
+    recall_token_budget: int = Field(default=500, ge=0)
+    timezone: str = "UTC"  # the chat's days: relative dates and recalled dates are read in it
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{zone!r} is not an IANA time zone (e.g. Europe/Lisbon)") from None
+        return zone
 
 
 class ReflectorConfig(Section):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from core.api import (
     Chat,
@@ -11,22 +12,32 @@ from core.api import (
     Command,
     ContextSection,
     Extension,
+    Service,
     Tool,
     TurnContext,
 )
 from core.config import Config
 from core.errors import InputError, ToolError
-from memory.chat_data import export_memory, forget_memory, memory_counts
+from memory.chat_data import (
+    RECALL_INDEX,
+    export_memory,
+    export_recall,
+    forget_memory,
+    memory_counts,
+)
 from memory.explicit import parse_explicit
 from memory.files import FileMemory
-from memory.injection import max_injectable, memories_section
+from memory.injection import max_injectable, memories_section, memory_cost, select_within_budget
 from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
+from memory.recall import Recaller, RecallService
+from memory.recall_context import conversation_search_tool, recalled_section
 from memory.store import MemoryStore, parse_memory_id
 from memory.tools import MemoryTools
 
 logger = logging.getLogger(__name__)
 
 LIST_LIMIT = 50
+WindowStart = Callable[[int], int]  # chat id -> the newest message id out of the window
 
 
 class MemoryExtension(Extension):
@@ -38,17 +49,28 @@ class MemoryExtension(Extension):
         store: MemoryStore,
         embedder_factory: EmbedderFactory | None = None,
         files: FileMemory | None = None,
+        recaller: Recaller | None = None,
+        window_start: WindowStart | None = None,
     ) -> None:
         self.config = config
         self.keeper = MemoryKeeper(config, store, embedder_factory, files)
         self._tools = MemoryTools(self.keeper)
+        self.recaller = recaller
+        self.window_start = window_start
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
         await self.keeper.load_embedder()
 
+    def services(self) -> list[Service]:
+        """The recall index's background job: warm-up at start, then indexing after turns."""
+        return [RecallService(self.recaller)] if self.recaller is not None else []
+
     def tools(self) -> list[Tool]:
-        return self._tools.tools()
+        tools = self._tools.tools()
+        if self.recaller is not None:
+            tools.append(conversation_search_tool(self.recaller))
+        return tools
 
     def commands(self) -> list[Command]:
         return [
@@ -70,12 +92,41 @@ class MemoryExtension(Extension):
             memory.file_scope_max_chars,
             memory.file_total_max_chars,
         )
+        spent = 0.0
         if memory.token_budget > 0:
             ranked = self.keeper.rank(turn.chat.id, turn.query, max_injectable(memory.token_budget))
             section = memories_section(self.keeper.store, turn.chat.id, ranked, memory.token_budget)
             if section is not None:
                 sections.append(section)
+                chosen = select_within_budget(ranked, memory.token_budget)
+                spent = sum(memory_cost(item) for item in chosen)
+        recalled = self._recalled(turn, memory.token_budget - spent)
+        if recalled is not None:
+            sections.append(recalled)
         return sections
+
+    def _recalled(self, turn: TurnContext, memories_left: float) -> ContextSection | None:
+        """Earlier messages out of the visible window that match the message: the recall
+        budget plus what the memories left of theirs (a read: the index is not updated)."""
+        own = self.config.memory.recall_token_budget
+        if self.recaller is None or self.window_start is None or own <= 0:
+            return None
+        budget = own + max(memories_left, 0.0)
+        hits = self.recaller.recalled(
+            turn.chat.id, turn.query, self.window_start(turn.chat.id), budget
+        )
+        return recalled_section(hits)
+
+    async def after_turn(self, turn: TurnContext) -> None:
+        """Index the turn's messages for recall, in the background."""
+        if self.recaller is not None:
+            self.recaller.catch_up_later(turn.chat.id)
+
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        """The messages about to leave the window are indexed before they do."""
+        if self.recaller is not None:
+            await self.recaller.catch_up(turn.chat.id, up_to)
+        return True
 
     async def intercept(self, turn: TurnContext) -> str | None:
         fact = parse_explicit(turn.inbound.text)
@@ -112,13 +163,22 @@ class MemoryExtension(Extension):
         return f"Forgotten: #{memory.id} {memory.content}"
 
     def chat_data(self, chat: Chat) -> dict[str, int]:
-        return memory_counts(self.keeper, chat)
+        counts = memory_counts(self.keeper, chat)
+        if self.recaller is not None:
+            counts[RECALL_INDEX] = self.recaller.store.count(chat.id)
+        return counts
 
     def export_chat(self, chat: Chat) -> list[ChatDataSection]:
-        return export_memory(self.keeper, chat)
+        sections = export_memory(self.keeper, chat)
+        if self.recaller is not None:
+            sections.append(export_recall(self.recaller, chat))
+        return sections
 
     def forget_chat(self, chat: Chat) -> dict[str, int]:
-        return forget_memory(self.keeper, chat)
+        gone = forget_memory(self.keeper, chat)
+        if self.recaller is not None:
+            gone[RECALL_INDEX] = self.recaller.forget_chat(chat.id)
+        return gone
 
     async def checks(self) -> list[Check]:
         """What `start()` found: the model, the ranking mode, missing vectors."""

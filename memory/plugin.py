@@ -28,7 +28,15 @@ def register_commands(cli: click.Group) -> None:
 def extension(host: Host) -> Extension:
     from memory.extension import MemoryExtension
     from memory.files import FileMemory
-    from memory.stores import memory_store
+    from memory.stores import memory_store, recaller
 
     files = FileMemory(host.files)  # the data dir, or `stored_files` on PostgreSQL
-    return MemoryExtension(host.config, memory_store(host.storage), files=files)
+    store = memory_store(host.storage)
+    extension = MemoryExtension(host.config, store, files=files)
+    extension.recaller = recaller(host.storage, host.config, extension.keeper)
+
+    def window_start(chat_id: int) -> int:
+        return host.store.session(chat_id).started_at_message_id
+
+    extension.window_start = window_start
+    return extension
