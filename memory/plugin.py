@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 MEMORY_HELP = "Structured memories of a chat: list, search, add, forget, forgotten, reindex."
 LOCOMO_HELP = "Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."
 BENCH_HELP = "Ranking latency (query embedding included) for one chat of N memories."
+RECALL_HELP = "Share of LoCoMo questions whose evidence reaches the model request, end to end."
 
 
 def register_commands(cli: click.Group) -> None:
@@ -23,6 +24,7 @@ def register_commands(cli: click.Group) -> None:
     add_lazy_command(cli, "memory", "memory.cli:memory_group", MEMORY_HELP)
     add_lazy_command(bench_group(cli), "locomo", "memory.bench.cli:bench_locomo", LOCOMO_HELP)
     add_lazy_command(bench_group(cli), "memory", "memory.bench.cli:bench_memory", BENCH_HELP)
+    add_lazy_command(bench_group(cli), "recall", "memory.bench.cli:bench_recall", RECALL_HELP)
 
 
 def extension(host: Host) -> Extension:

@@ -41,6 +41,7 @@ WARM_CHATS = 20  # ... at most this many, busiest first
 BATCH = 256  # messages embedded and written at a time
 PER_HIT_OVERHEAD = 8  # tokens a recalled line costs beyond its text/4 (date, speaker)
 MAX_HIT_CHARS = 600  # a recalled message longer than this is cut in the section
+MAX_RECALLED = 150  # messages looked at for the section, at most
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,7 @@ class Recaller:
         if budget <= 0 or up_to_id <= 0 or not text.strip():
             return []
         limit = max(1, int(budget // PER_HIT_OVERHEAD))
-        query = RecallQuery(text, min(limit, 60), up_to_id=up_to_id, today=today)
+        query = RecallQuery(text, min(limit, MAX_RECALLED), up_to_id=up_to_id, today=today)
         chosen: list[RecallHit] = []
         spent = 0.0
         for hit in self.search(chat_id, query):

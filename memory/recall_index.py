@@ -30,7 +30,7 @@ from memory.temporal import date_prefix, time_boosts, time_intent
 from memory.vector_cache import ChatVectors
 
 CACHE_MESSAGES = 300_000  # indexed messages kept in process per database, across chats
-DEPTH = 60  # candidates each ranker contributes
+DEPTH = 100  # candidates each ranker contributes
 NEIGHBOUR_SEEDS = 5
 NEIGHBOUR_SHARE = 0.7
 UTC = ZoneInfo("UTC")

@@ -510,3 +510,18 @@ def _print_memory_bench(
             f"  {mode:<40} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
             f"  max {figures['max_ms']:.2f} ms{extra}"
         )
+
+
+@click.command("recall")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--limit", type=int, default=None, help="Only the first N conversations.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_recall(path: Path, limit: int | None, as_json: bool) -> None:
+    """Share of LoCoMo questions whose evidence reaches the model request, end to end."""
+    import asyncio
+
+    from core.bench.support import echo_result
+    from memory.bench.recall import recall_lines, run_recall_bench
+
+    result = asyncio.run(run_recall_bench(path, limit))
+    echo_result(result, as_json, lambda: recall_lines(result))

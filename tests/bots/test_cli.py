@@ -25,6 +25,7 @@ BENCHES = {
     "locomo",
     "longrun",
     "memory",
+    "recall",
     "reflector",
     "scale",
     "skills",
