@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 LIST_LIMIT = 50
 WindowStart = Callable[[int], int]  # chat id -> the newest message id out of the window
+SECTION_TAG_CHARS = 80  # a section's tags and source around its text
+OTHER_SECTIONS_TOKENS = 150  # dynamic room left for the other extensions' sections
 
 
 class MemoryExtension(Extension):
@@ -57,6 +59,7 @@ class MemoryExtension(Extension):
         self._tools = MemoryTools(self.keeper)
         self.recaller = recaller
         self.window_start = window_start
+        self.section_room: Callable[[], int] | None = None  # tokens for dynamic sections
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
@@ -100,18 +103,30 @@ class MemoryExtension(Extension):
                 sections.append(section)
                 chosen = select_within_budget(ranked, memory.token_budget)
                 spent = sum(memory_cost(item) for item in chosen)
-        recalled = self._recalled(turn, memory.token_budget - spent)
+        room = self._room(sections)
+        recalled = self._recalled(turn, max(memory.token_budget - spent, 0.0), room)
         if recalled is not None:
             sections.append(recalled)
         return sections
 
-    def _recalled(self, turn: TurnContext, memories_left: float) -> ContextSection | None:
+    def _room(self, sections: list[ContextSection]) -> float:
+        """Tokens the request's dynamic sections still have after `sections` (and a share
+        kept for other extensions'), so the recalled section is never clipped."""
+        if self.section_room is None:
+            return float("inf")
+        used = sum(len(section.text) + SECTION_TAG_CHARS for section in sections) / 4
+        return self.section_room() - used - OTHER_SECTIONS_TOKENS
+
+    def _recalled(
+        self, turn: TurnContext, memories_left: float, room: float
+    ) -> ContextSection | None:
         """Earlier messages out of the visible window that match the message: the recall
-        budget plus what the memories left of theirs (a read: the index is not updated)."""
+        budget plus what the memories left of theirs, within the room the request has for
+        dynamic sections (a read: the index is not updated)."""
         own = self.config.memory.recall_token_budget
         if self.recaller is None or self.window_start is None or own <= 0:
             return None
-        budget = own + max(memories_left, 0.0)
+        budget = min(own + memories_left, room)
         hits = self.recaller.recalled(
             turn.chat.id, turn.query, self.window_start(turn.chat.id), budget
         )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import click
 
     from core.api import Extension
+    from core.config import Config
+    from core.context.plan import RequestPlanner
     from core.turn.hooks import Host
 
 # Short help for `mnemo --help`, which lists the commands without importing them.
@@ -41,4 +44,15 @@ def extension(host: Host) -> Extension:
         return host.store.session(chat_id).started_at_message_id
 
     extension.window_start = window_start
+    extension.section_room = partial(dynamic_room, host.config, host.planner)
     return extension
+
+
+def dynamic_room(config: Config, planner: RequestPlanner) -> int:
+    """Tokens the next request's dynamic sections may take together (`core.context.budget`)."""
+    from core.context.budget import section_budget
+    from core.model.profile import effective_window
+
+    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    budget = section_budget(config, config.context.chars_per_token, usable)
+    return min(budget.total_chars, budget.section_chars) // 4

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,16 @@ def memory_extensions(embedder: Embedder | None) -> Callable[[Config, Connection
     return make
 
 
+def with_room(agent: Agent) -> None:
+    """Give the memory extension the planner's room for dynamic sections, as the plugin does."""
+    from memory.extension import MemoryExtension
+    from memory.plugin import dynamic_room
+
+    for extension in agent.extensions:
+        if isinstance(extension, MemoryExtension):
+            extension.section_room = partial(dynamic_room, agent.config, agent.planner)
+
+
 async def replay(agent: Agent, sample: dict[str, Any]) -> dict[str, str]:
     """Store every turn of the conversation as a listened-to group message, with its
     session's date; return each turn's text by dia_id."""
@@ -175,7 +186,8 @@ def _raw(request: dict[str, Any]) -> str:
 def last_chat_request(server: FakeOpenAIServer) -> dict[str, Any]:
     for request in reversed(server.requests):
         if not is_summary_request(request["messages"]):
-            return request
+            found: dict[str, Any] = request
+            return found
     raise RuntimeError("the model was never asked")
 
 
@@ -212,6 +224,7 @@ async def run_recall_bench(path: Path, limit: int | None = None) -> dict[str, An
             bench_agent(server, WINDOW, memory_extensions(embedder)) as agent,
         ):
             await agent.extensions.start()
+            with_room(agent)
             await ask_all(agent, server, sample, tally)
     result = tally.summary()
     result["embedding_model"] = embedder.model_name if embedder is not None else "none (bm25)"
