@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from zoneinfo import ZoneInfo
@@ -50,6 +50,7 @@ class RecallSources:
 
     embedder: Callable[[], Embedder | None]
     tombstones: Callable[[int], list[Tombstone]]
+    warm: Callable[[int], Awaitable[int]] | None = None  # the memories' warm-up of a chat
 
 
 def carries_forgotten(hit: RecallHit, tombstones: Sequence[Tombstone]) -> bool:
@@ -131,8 +132,9 @@ class Recaller:
             self._queued.clear()
 
     async def warm_up(self, days: int = WARM_DAYS, chats: int = WARM_CHATS) -> int:
-        """Index and load into the process the indexes of the chats active in the last
-        `days`, busiest first, so their first message after a start does not wait."""
+        """Index and load into the process the indexes (recall, and the memories' through
+        `RecallSources.warm`) of the chats active in the last `days`, busiest first, so
+        their first message after a start does not wait."""
         since = iso_utc(utc_now() - timedelta(days=days))
         warmed = 0
         try:
@@ -140,6 +142,8 @@ class Recaller:
                 await self.catch_up(chat_id)
                 rows = self.store.rows(chat_id)  # read here: the connection stays on one thread
                 await asyncio.to_thread(load_rows, self.store, chat_id, rows, self.zone)
+                if self.sources.warm is not None:
+                    await self.sources.warm(chat_id)
                 warmed += 1
         except Exception:  # a background job's boundary: queries build what they need
             logger.exception("warming the recall indexes up failed")

@@ -47,9 +47,11 @@ def recaller(storage: Storage, config: Config, keeper: MemoryKeeper) -> Recaller
 
     from memory.recall import Recaller, RecallSources
     from memory.recall_store import RecallStore
+    from memory.warm_up import warm_memories
 
     sources = RecallSources(
         embedder=lambda: keeper.embedder,
         tombstones=lambda chat_id: keeper.store.tombstones(chat_id),
+        warm=lambda chat_id: warm_memories(keeper.store, chat_id),
     )
     return Recaller(RecallStore(storage.database), sources, ZoneInfo(config.memory.timezone))

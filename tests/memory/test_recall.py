@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -14,11 +16,16 @@ from core.context.summary import is_summary_request
 from core.storage.engine import Storage
 from core.storage.store import NewMessage
 from core.storage.stores import session_store
+from memory.chat_cache import is_cached
 from memory.extension import MemoryExtension
+from memory.keyword_cache import KEYWORD_LISTS
 from memory.recall import Recaller, RecallSources
 from memory.recall_index import RecallQuery, chat_recall
 from memory.recall_store import RecallStore
 from memory.store import Tombstone
+from memory.stores import memory_store
+from memory.vector_cache import CHAT_VECTORS
+from memory.warm_up import warm_memories
 
 UTC = ZoneInfo("UTC")
 
@@ -157,3 +164,44 @@ async def test_forget_chat_deletes_its_recall_index(runtime: Runtime) -> None:
     assert gone["messages in the recall index"] >= 2
     assert recaller.store.count(chat.id) == 0
     assert recaller.search(chat.id, RecallQuery("locker code", 5)) == []
+
+
+async def until(check: Any, seconds: float = 30.0) -> None:
+    for _ in range(int(seconds * 20)):
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+async def test_the_background_job_warms_up_at_start_and_indexes_after_turns(
+    runtime: Runtime,
+) -> None:
+    extension = memory_ext(runtime)
+    recaller = extension.recaller
+    assert recaller is not None
+    await runtime.agent.handle(inbound("my favourite tea is sencha"))
+    chat = runtime.store.get_or_create_chat("terminal", "c1")
+    assert recaller.store.count(chat.id) == 0  # no job running: nothing indexed yet
+    [service] = extension.services()
+    job = asyncio.create_task(service.run())
+    try:
+        await until(lambda: recaller.store.count(chat.id) == 2)  # warm-up indexed it
+        await runtime.agent.handle(inbound("and my cat is called Miso"))  # queued after it
+        await until(lambda: recaller.store.count(chat.id) == 4)
+    finally:
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+
+
+async def test_warm_up_builds_a_chats_keyword_lists_before_its_first_query(
+    storage: Storage,
+) -> None:
+    store = memory_store(storage)
+    chat = said(storage, "ann", DINNERS)
+    store.add(chat, "Ann's favourite tea is sencha", "PROFILE", source="t")
+    assert not is_cached(store, chat, KEYWORD_LISTS)
+    assert await warm_memories(store, chat) == 1
+    assert is_cached(store, chat, KEYWORD_LISTS)
+    assert not is_cached(store, chat, CHAT_VECTORS)  # no embedding model: no vectors to hold
