@@ -122,13 +122,23 @@ class ChatRecall:
         return [self.ids[i] for i in (place - 1, place + 1) if 0 <= i < len(self.ids)]
 
 
+def _fits(index: ChatRecall, rows: Sequence[RecallRow]) -> bool:
+    """Whether the rows' vectors have the size of those held (no model change between)."""
+    width = index.vectors.width(index.vectors.recent) * 4
+    return not width or all(row.embedding is None or len(row.embedding) == width for row in rows)
+
+
 def _state_of(rows: Sequence[RecallRow], before: IndexState) -> IndexState:
     newest = max((row.message_id for row in rows), default=before.newest)
     return IndexState(before.count + len(rows), max(newest, before.newest))
 
 
 def _vector_rows(rows: Sequence[RecallRow]) -> list[tuple[int, bytes]]:
-    return [(row.message_id, row.embedding) for row in rows if row.embedding is not None]
+    """The rows' vectors of the newest row's size: after a change of embedding model, the
+    older model's vectors are left out (never mixed) until the index is rebuilt."""
+    vectors = [(row.message_id, row.embedding) for row in rows if row.embedding is not None]
+    size = len(vectors[-1][1]) if vectors else 0
+    return [(message_id, blob) for message_id, blob in vectors if len(blob) == size]
 
 
 class _Cache:
@@ -191,7 +201,7 @@ def chat_recall(store: RecallStore, chat_id: int, zone: ZoneInfo = UTC) -> ChatR
     value: ChatRecall | None = None
     if entry is not None and state.count > entry.state.count and state.newest > entry.state.newest:
         new = store.rows(chat_id, after_id=entry.state.newest)
-        if entry.state.count + len(new) == state.count:
+        if entry.state.count + len(new) == state.count and _fits(entry, new):
             value = entry.extended(new, zone)
     if value is None:
         value = ChatRecall.build(store.rows(chat_id), zone)
@@ -216,8 +226,10 @@ def _fused(index: ChatRecall, query: str, embedder: Embedder | None) -> list[tup
     keyword = dict(index.lists.score(query_terms(query), DEPTH)) if query_terms(query) else {}
     semantic: dict[int, float] = {}
     if embedder is not None and len(index.vectors):
-        nearest, hits = index.vectors.search(embedder.embed_query(query), DEPTH, list(keyword))
-        semantic = dict(nearest) | hits
+        vector = embedder.embed_query(query)
+        if len(vector) == index.vectors.width(index.vectors.recent):  # same model
+            nearest, hits = index.vectors.search(vector, DEPTH, list(keyword))
+            semantic = dict(nearest) | hits
     return ordered(score_fusion(semantic, keyword, KEYWORD_WEIGHT))
 
 

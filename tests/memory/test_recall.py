@@ -9,6 +9,8 @@ from datetime import date
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import numpy as np
+
 from bots.runtime import Runtime
 from core.api import Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder, tool_call
@@ -20,8 +22,8 @@ from memory.chat_cache import is_cached
 from memory.extension import MemoryExtension
 from memory.keyword_cache import KEYWORD_LISTS
 from memory.recall import Recaller, RecallSources
-from memory.recall_index import RecallQuery, chat_recall
-from memory.recall_store import RecallStore
+from memory.recall_index import ChatRecall, RecallQuery, _fits, chat_recall
+from memory.recall_store import RecallRow, RecallStore
 from memory.store import Tombstone
 from memory.stores import memory_store
 from memory.vector_cache import CHAT_VECTORS
@@ -205,3 +207,13 @@ async def test_warm_up_builds_a_chats_keyword_lists_before_its_first_query(
     assert await warm_memories(store, chat) == 1
     assert is_cached(store, chat, KEYWORD_LISTS)
     assert not is_cached(store, chat, CHAT_VECTORS)  # no embedding model: no vectors to hold
+
+
+def test_vectors_of_an_older_model_are_never_mixed_in() -> None:
+    def row(message_id: int, dims: int) -> RecallRow:
+        vector = np.ones(dims, dtype=np.float32).tobytes()
+        return RecallRow(message_id, "user", "Ann", f"text {message_id}", "2023-05-08", vector)
+
+    index = ChatRecall.build([row(1, 3), row(2, 3), row(3, 4)], UTC)
+    assert len(index.vectors) == 1 and len(index) == 3  # only the newest model's vector
+    assert not _fits(index, [row(4, 3)]) and _fits(index, [row(4, 4)])
