@@ -217,3 +217,29 @@ def test_vectors_of_an_older_model_are_never_mixed_in() -> None:
     index = ChatRecall.build([row(1, 3), row(2, 3), row(3, 4)], UTC)
     assert len(index.vectors) == 1 and len(index) == 3  # only the newest model's vector
     assert not _fits(index, [row(4, 3)]) and _fits(index, [row(4, 4)])
+
+
+class WordEmbedder:
+    """A tiny deterministic embedder: one dimension per known word (a fake, not a mock)."""
+
+    model_name = "words"
+    dim = 4
+    words = ("puppy", "pottery", "hiking", "library")
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        vector = [float(word in text.lower()) for word in self.words]
+        return vector if any(vector) else [0.1] * self.dim
+
+
+async def test_vectors_are_stored_and_ranked_on_both_engines(storage: Storage) -> None:
+    sources = RecallSources(lambda: WordEmbedder(), lambda chat_id: [])
+    recaller = Recaller(RecallStore(storage.database), sources, UTC)
+    ann = said(storage, "ann", DINNERS)
+    await recaller.catch_up(ann)
+    rows = recaller.store.rows(ann)
+    assert [len(row.embedding or b"") for row in rows] == [16, 16, 16]
+    [hit] = recaller.search(ann, RecallQuery("a walk in the hills (hiking)", 1))
+    assert hit.speaker == "Bob"
