@@ -176,7 +176,8 @@ class Recaller:
                 said_day(row.said_at, self.zone),
                 score,
             )
-            if not carries_forgotten(hit, tombstones):
+            wanted = not query.speaker or hit.speaker.casefold() == query.speaker.casefold()
+            if wanted and not carries_forgotten(hit, tombstones):
                 hits.append(hit)
             if len(hits) >= query.limit:
                 break

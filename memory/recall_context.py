@@ -36,6 +36,7 @@ TOOL_PARAMETERS: dict[str, Any] = {
             "type": "string",
             "description": "Only messages on or before this day, YYYY-MM-DD.",
         },
+        "speaker": {"type": "string", "description": "Only messages of this person."},
         "limit": {"type": "integer", "description": f"At most this many (1-{MAX_SEARCH_LIMIT})."},
     },
     "required": ["query"],
@@ -86,7 +87,10 @@ def search_query(args: dict[str, Any], today: date) -> RecallQuery:
     since, until = day_arg(args, "since"), day_arg(args, "until")
     if since is not None and until is not None and since > until:
         raise ToolError("`since` is after `until`")
-    return RecallQuery(text, limit_arg(args), since, until, today=today)
+    speaker = args.get("speaker") or ""
+    if not isinstance(speaker, str):
+        raise ToolError("`speaker` must be a name")
+    return RecallQuery(text, limit_arg(args), since, until, today=today, speaker=speaker.strip())
 
 
 def conversation_search_tool(recaller: Recaller, today: Any = date.today) -> Tool:

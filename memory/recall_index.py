@@ -220,6 +220,7 @@ class RecallQuery:
     until: date | None = None
     up_to_id: int | None = None  # only messages up to this id (those out of the window)
     today: date | None = None
+    speaker: str = ""  # only messages of this speaker (case-insensitive), '' for anyone
 
 
 def _fused(index: ChatRecall, query: str, embedder: Embedder | None) -> list[tuple[int, float]]:
@@ -274,4 +275,4 @@ def search_ids(
         ranking, index.neighbours, seeds=NEIGHBOUR_SEEDS, share=NEIGHBOUR_SHARE
     )
     kept = [(item, score) for item, score in ranking if _kept(index, query, item, zone)]
-    return kept[: 4 * query.limit]
+    return kept[: (12 if query.speaker else 4) * query.limit]

@@ -68,6 +68,8 @@ async def test_every_message_is_indexed_searched_by_date_and_forgotten(storage: 
     assert {h.content for h in found} == {text for _, text, _ in DINNERS}  # never Eve's chat
     may = RecallQuery("trattoria hiking library", 10, date(2023, 5, 1), date(2023, 5, 31))
     assert [h.speaker for h in recaller.search(ann, may)] == ["Bob"]
+    anns = RecallQuery("trattoria hiking library", 10, speaker="ann")
+    assert {h.speaker for h in recaller.search(ann, anns)} == {"Ann"}
 
     said(storage, "ann", [("Bob", "The library cat is called Tom", "2023-06-02T09:00:00Z")])
     await recaller.catch_up(ann)
