@@ -149,6 +149,16 @@ class Recaller:
             logger.exception("warming the recall indexes up failed")
         return warmed
 
+    async def rebuild(self) -> int:
+        """Drop the whole index and index every chat's messages again (`mnemo memory
+        reindex`: the index is derived from `messages`); return how many."""
+        self.store.clear()
+        done = 0
+        for chat_id in self.store.chats_with_messages():
+            forget_cached(self.store, chat_id)
+            done += await self.catch_up(chat_id)
+        return done
+
     def forget_chat(self, chat_id: int) -> int:
         """Delete the chat's index (its messages are being deleted)."""
         gone = self.store.forget_chat(chat_id)

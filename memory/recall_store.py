@@ -133,6 +133,10 @@ class RecallStore:
         )
         return [int(row[0]) for row in rows]
 
+    def chats_with_messages(self) -> list[int]:
+        rows = self.db.read("SELECT DISTINCT chat_id FROM messages ORDER BY chat_id")
+        return [int(row[0]) for row in rows]
+
     def forget_chat(self, chat_id: int) -> int:
         """Delete the chat's whole index; return how many rows went."""
         return self.db.write("DELETE FROM message_recall WHERE chat_id = ?", (chat_id,))

@@ -245,3 +245,13 @@ async def test_vectors_are_stored_and_ranked_on_both_engines(storage: Storage) -
     assert [len(row.embedding or b"") for row in rows] == [16, 16, 16]
     [hit] = recaller.search(ann, RecallQuery("a walk in the hills (hiking)", 1))
     assert hit.speaker == "Bob"
+
+
+async def test_reindex_rebuilds_the_recall_index_from_the_messages(storage: Storage) -> None:
+    recaller = bare_recaller(storage)
+    ann = said(storage, "ann", DINNERS)
+    bob = said(storage, "bob", DINNERS[:1])
+    await recaller.catch_up(ann)
+    assert await recaller.rebuild() == 4  # both chats, from scratch
+    assert (recaller.store.count(ann), recaller.store.count(bob)) == (3, 1)
+    assert recaller.search(bob, RecallQuery("trattoria", 1))
