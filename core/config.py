@@ -145,6 +145,22 @@ class MemoryConfig(Section):
     mcp_upsert_tool: str = "memory_upsert"
     mcp_timeout_s: float = Field(default=5.0, gt=0)  # a query, so a turn never waits long
 
+    # Episodic recall (docs/memory.md): the "recalled" section's own budget, plus what the
+    # memories leave of theirs; 0 turns the section off (conversation_search stays).
+    recall_token_budget: int = Field(default=500, ge=0)
+    timezone: str = "UTC"  # the chat's days: relative dates and recalled dates are read in it
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{zone!r} is not an IANA time zone (e.g. Europe/Lisbon)") from None
+        return zone
+
 
 class ReflectorConfig(Section):
     enabled: bool = True

@@ -38,7 +38,9 @@ class Inbound:
     the adapter encodes it, e.g. `"-100123:42"`). `respond` is False for messages the
     core must store but not answer (a group message that does not address the bot).
     `sender_is_admin`: the platform says the sender administers this group (memory lets
-    an admin forget any group memory).
+    an admin forget any group memory). `sent_at`: when the platform says it was sent, in
+    the stored UTC text form (`core.clock.iso_utc`); '' for "now" (a replay of an old
+    conversation keeps its dates; only a message answered in the same process keeps it).
     """
 
     channel: str
@@ -52,6 +54,7 @@ class Inbound:
     message_id: str = ""
     sender_is_admin: bool = False
     attachments: tuple[Attachment, ...] = ()  # `text` is then the caption (maybe "")
+    sent_at: str = ""
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,17 @@ def current(store: MemoryStore, chat_id: int | None, derivation: Derivation[T]) 
     if not store.in_transaction():
         cache.put(chat_id, marks, value, derivation.budget())
     return value
+
+
+def put_current(
+    store: MemoryStore, chat_id: int | None, derivation: Derivation[T], marks: Marks, value: T
+) -> None:
+    """Keep `value`, built elsewhere (a warm-up), as the chat's data up to `marks`."""
+    if not store.in_transaction():
+        cache: ChatCache[T] = _cache(store, derivation.name)  # type: ignore[assignment]
+        cache.put(chat_id, marks, value, derivation.budget())
+
+
+def is_cached(store: MemoryStore, chat_id: int | None, derivation: Derivation[T]) -> bool:
+    """Whether this process holds the chat's data (`/context` and tests ask; a read)."""
+    return _cache(store, derivation.name).get(chat_id) is not None

@@ -11,10 +11,12 @@ from dataclasses import asdict
 
 from core.api import Chat, ChatDataSection
 from memory.keeper import MemoryKeeper
+from memory.recall import Recaller
 from memory.store import Memory
 
 MEMORIES = "memories"
 NOTES = "notes (AGENTS.md)"
+RECALL_INDEX = "messages in the recall index"
 
 
 def chat_memories(keeper: MemoryKeeper, chat: Chat) -> list[Memory]:
@@ -63,3 +65,14 @@ def forget_memory(keeper: MemoryKeeper, chat: Chat) -> dict[str, int]:
     gone = keeper.store.forget_chat(chat.id)
     notes = keeper.files.delete("chat", chat.channel, chat.external_chat_id)
     return {MEMORIES: gone, NOTES: int(notes)}
+
+
+def export_recall(recaller: Recaller, chat: Chat) -> ChatDataSection:
+    """The recall index holds no text of its own (it reads `messages`, exported by the
+    core): which messages it covers and which model made their vectors."""
+    rows = recaller.store.rows(chat.id)
+    records = [
+        {"message_id": row.message_id, "embedded": row.embedding is not None} for row in rows
+    ]
+    markdown = f"{len(rows)} messages indexed for recall (their text is in the history)."
+    return ChatDataSection("recall", "Recall index", records, markdown)

@@ -215,3 +215,20 @@ def reindex_command() -> None:
         with click.progressbar(length=max(total, 1), label="embedding", file=None) as bar:
             done = store.reindex(progress=bar.update)
         click.echo(f"reindexed: {done} memories embedded, keyword index rebuilt")
+        click.echo(f"recall index rebuilt: {_rebuild_recall(keeper)} messages")
+
+
+def _rebuild_recall(keeper: MemoryKeeper) -> int:
+    """Index every stored message again, with the keeper's model (`memory.recall`)."""
+    import asyncio
+
+    from core.cli.runtime import current_config
+    from core.storage.engine import open_storage
+    from memory.stores import recaller
+
+    config = current_config()
+    storage = open_storage(config.storage)
+    try:
+        return asyncio.run(recaller(storage, config, keeper).rebuild())
+    finally:
+        storage.close()

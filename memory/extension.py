@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from core.api import (
     Chat,
@@ -12,18 +13,27 @@ from core.api import (
     CommandOption,
     ContextSection,
     Extension,
+    Service,
     Tool,
     TurnContext,
 )
 from core.config import Config
 from core.errors import InputError, ToolError
 from memory.backend import LocalBackend, MemoryBackend
-from memory.chat_data import export_memory, forget_memory, memory_counts
+from memory.chat_data import (
+    RECALL_INDEX,
+    export_memory,
+    export_recall,
+    forget_memory,
+    memory_counts,
+)
 from memory.explicit import parse_explicit
 from memory.files import FileMemory
-from memory.injection import max_injectable, memories_section
+from memory.injection import max_injectable, memories_section, memory_cost, select_within_budget
 from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
 from memory.mcp_backend import McpMemoryBackend, ServerLookup
+from memory.recall import Recaller, RecallService
+from memory.recall_context import conversation_search_tool, recalled_section
 from memory.store import MemoryStore, parse_memory_id
 from memory.tools import MemoryTools
 
@@ -31,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 LIST_LIMIT = 50
 SUGGESTIONS = 25  # Discord shows at most 25 choices
+WindowStart = Callable[[int], int]  # chat id -> the newest message id out of the window
+SECTION_TAG_CHARS = 80  # a section's tags and source around its text
+OTHER_SECTIONS_TOKENS = 150  # dynamic room left for the other extensions' sections
 
 
 class MemoryExtension(Extension):
@@ -43,6 +56,8 @@ class MemoryExtension(Extension):
         embedder_factory: EmbedderFactory | None = None,
         files: FileMemory | None = None,
         memory_server: ServerLookup | None = None,
+        recaller: Recaller | None = None,
+        window_start: WindowStart | None = None,
     ) -> None:
         self.config = config
         self.keeper = MemoryKeeper(config, store, embedder_factory, files)
@@ -50,13 +65,23 @@ class MemoryExtension(Extension):
         if config.memory.backend == "mcp" and memory_server is not None:
             self.backend = McpMemoryBackend(config.memory, self.keeper, memory_server)
         self._tools = MemoryTools(self.keeper, self.backend)
+        self.recaller = recaller
+        self.window_start = window_start
+        self.section_room: Callable[[], int] | None = None  # tokens for dynamic sections
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
         await self.keeper.load_embedder()
 
+    def services(self) -> list[Service]:
+        """The recall index's background job: warm-up at start, then indexing after turns."""
+        return [RecallService(self.recaller)] if self.recaller is not None else []
+
     def tools(self) -> list[Tool]:
-        return self._tools.tools()
+        tools = self._tools.tools()
+        if self.recaller is not None:
+            tools.append(conversation_search_tool(self.recaller))
+        return tools
 
     def commands(self) -> list[Command]:
         return [
@@ -97,13 +122,54 @@ class MemoryExtension(Extension):
             memory.file_scope_max_chars,
             memory.file_total_max_chars,
         )
+        spent = 0.0
         if memory.token_budget > 0:
             limit = max_injectable(memory.token_budget)
             ranked = await self.backend.rank(turn.chat, turn.query, limit)
             section = memories_section(self.keeper.store, turn.chat.id, ranked, memory.token_budget)
             if section is not None:
                 sections.append(section)
+                chosen = select_within_budget(ranked, memory.token_budget)
+                spent = sum(memory_cost(item) for item in chosen)
+        room = self._room(sections)
+        recalled = self._recalled(turn, max(memory.token_budget - spent, 0.0), room)
+        if recalled is not None:
+            sections.append(recalled)
         return sections
+
+    def _room(self, sections: list[ContextSection]) -> float:
+        """Tokens the request's dynamic sections still have after `sections` (and a share
+        kept for other extensions'), so the recalled section is never clipped."""
+        if self.section_room is None:
+            return float("inf")
+        used = sum(len(section.text) + SECTION_TAG_CHARS for section in sections) / 4
+        return self.section_room() - used - OTHER_SECTIONS_TOKENS
+
+    def _recalled(
+        self, turn: TurnContext, memories_left: float, room: float
+    ) -> ContextSection | None:
+        """Earlier messages out of the visible window that match the message: the recall
+        budget plus what the memories left of theirs, within the room the request has for
+        dynamic sections (a read: the index is not updated)."""
+        own = self.config.memory.recall_token_budget
+        if self.recaller is None or self.window_start is None or own <= 0:
+            return None
+        budget = min(own + memories_left, room)
+        hits = self.recaller.recalled(
+            turn.chat.id, turn.query, self.window_start(turn.chat.id), budget
+        )
+        return recalled_section(hits)
+
+    async def after_turn(self, turn: TurnContext) -> None:
+        """Index the turn's messages for recall, in the background."""
+        if self.recaller is not None:
+            self.recaller.catch_up_later(turn.chat.id)
+
+    async def before_compaction(self, turn: TurnContext, up_to: int) -> bool:
+        """The messages about to leave the window are indexed before they do."""
+        if self.recaller is not None:
+            await self.recaller.catch_up(turn.chat.id, up_to)
+        return True
 
     async def intercept(self, turn: TurnContext) -> str | None:
         fact = parse_explicit(turn.inbound.text)
@@ -141,13 +207,22 @@ class MemoryExtension(Extension):
         return f"Forgotten: #{memory.id} {memory.content}"
 
     def chat_data(self, chat: Chat) -> dict[str, int]:
-        return memory_counts(self.keeper, chat)
+        counts = memory_counts(self.keeper, chat)
+        if self.recaller is not None:
+            counts[RECALL_INDEX] = self.recaller.store.count(chat.id)
+        return counts
 
     def export_chat(self, chat: Chat) -> list[ChatDataSection]:
-        return export_memory(self.keeper, chat)
+        sections = export_memory(self.keeper, chat)
+        if self.recaller is not None:
+            sections.append(export_recall(self.recaller, chat))
+        return sections
 
     def forget_chat(self, chat: Chat) -> dict[str, int]:
-        return forget_memory(self.keeper, chat)
+        gone = forget_memory(self.keeper, chat)
+        if self.recaller is not None:
+            gone[RECALL_INDEX] = self.recaller.forget_chat(chat.id)
+        return gone
 
     async def checks(self) -> list[Check]:
         """What `start()` found: the model, the ranking mode, missing vectors."""

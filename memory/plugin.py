@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -10,6 +11,8 @@ if TYPE_CHECKING:
     import click
 
     from core.api import Extension
+    from core.config import Config
+    from core.context.plan import RequestPlanner
     from core.mcp.connection import McpServer
     from core.turn.hooks import Host
 
@@ -17,6 +20,7 @@ if TYPE_CHECKING:
 MEMORY_HELP = "Structured memories of a chat: list, search, add, forget, forgotten, reindex."
 LOCOMO_HELP = "Evidence recall cov@5/cov@10 and ranking latency on a LoCoMo file."
 BENCH_HELP = "Ranking latency (query embedding included) for one chat of N memories."
+RECALL_HELP = "Share of LoCoMo questions whose evidence reaches the model request, end to end."
 
 
 def register_commands(cli: click.Group) -> None:
@@ -26,16 +30,25 @@ def register_commands(cli: click.Group) -> None:
     add_lazy_command(cli, "memory", "memory.cli:memory_group", MEMORY_HELP)
     add_lazy_command(bench_group(cli), "locomo", "memory.bench.cli:bench_locomo", LOCOMO_HELP)
     add_lazy_command(bench_group(cli), "memory", "memory.bench.cli:bench_memory", BENCH_HELP)
+    add_lazy_command(bench_group(cli), "recall", "memory.bench.cli:bench_recall", RECALL_HELP)
 
 
 def extension(host: Host) -> Extension:
     from memory.extension import MemoryExtension
     from memory.files import FileMemory
-    from memory.stores import memory_store
+    from memory.stores import memory_store, recaller
 
     files = FileMemory(host.files)  # the data dir, or `stored_files` on PostgreSQL
     store = memory_store(host.storage)
-    return MemoryExtension(host.config, store, files=files, memory_server=memory_server(host))
+    extension = MemoryExtension(host.config, store, files=files, memory_server=memory_server(host))
+    extension.recaller = recaller(host.storage, host.config, extension.keeper)
+
+    def window_start(chat_id: int) -> int:
+        return host.store.session(chat_id).started_at_message_id
+
+    extension.window_start = window_start
+    extension.section_room = partial(dynamic_room, host.config, host.planner)
+    return extension
 
 
 def memory_server(host: Host) -> Callable[[], McpServer | None]:
@@ -52,3 +65,13 @@ def memory_server(host: Host) -> Callable[[], McpServer | None]:
         return None
 
     return lookup
+
+
+def dynamic_room(config: Config, planner: RequestPlanner) -> int:
+    """Tokens the next request's dynamic sections may take together (`core.context.budget`)."""
+    from core.context.budget import section_budget
+    from core.model.profile import effective_window
+
+    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    budget = section_budget(config, config.context.chars_per_token, usable)
+    return min(budget.total_chars, budget.section_chars) // 4

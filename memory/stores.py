@@ -13,8 +13,11 @@ from memory.store import MemoryStore
 from memory.strategies.store import Clock, StrategyStore
 
 if TYPE_CHECKING:
+    from core.config import Config
     from memory.embeddings import Embedder
     from memory.files import FileMemory
+    from memory.keeper import MemoryKeeper
+    from memory.recall import Recaller
 
 
 def memory_store(storage: Storage, embedder: Embedder | None = None) -> MemoryStore:
@@ -36,3 +39,19 @@ def file_memory(storage: Storage, data_dir: Path) -> FileMemory:
     from memory.files import FileMemory
 
     return FileMemory(file_store(storage, data_dir))
+
+
+def recaller(storage: Storage, config: Config, keeper: MemoryKeeper) -> Recaller:
+    """The episodic recall of the chats' messages, with the keeper's embedder and tombstones."""
+    from zoneinfo import ZoneInfo
+
+    from memory.recall import Recaller, RecallSources
+    from memory.recall_store import RecallStore
+    from memory.warm_up import warm_memories
+
+    sources = RecallSources(
+        embedder=lambda: keeper.embedder,
+        tombstones=lambda chat_id: keeper.store.tombstones(chat_id),
+        warm=lambda chat_id: warm_memories(keeper.store, chat_id),
+    )
+    return Recaller(RecallStore(storage.database), sources, ZoneInfo(config.memory.timezone))

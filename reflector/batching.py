@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from core.config import Config
 from core.model.calibration import estimator_for
 from core.model.profile import Window, effective_window, request_tokens_for, window_for
 from core.model.tokens import TokenEstimator
 from core.storage.store import SessionStore, StoredMessage
+from reflector.dates import UTC
 from reflector.extraction import (
     MESSAGE_MAX_CHARS,
     MESSAGE_MIN_CHARS,
@@ -44,6 +46,7 @@ class Budget:
     max_tokens: int  # room for the answer, sent as `max_tokens`
     usable: int  # tokens the prompt may take
     estimator: TokenEstimator
+    zone: ZoneInfo = UTC  # the chat's days (`[memory] timezone`), for the transcript
 
     def chars(self, tokens: int) -> int:
         return max(0, int(tokens * self.estimator.chars_per_token))
@@ -59,6 +62,7 @@ def budget_for(store: SessionStore, config: Config, model: str) -> Budget:
         request_tokens_for(window.tokens, max_output),
         usable,
         estimator_for(store, config, model),
+        ZoneInfo(config.memory.timezone),
     )
 
 
@@ -107,14 +111,15 @@ def plan_batch(
     listing_chars = budget.chars(int(budget.usable * LISTING_SHARE))
     extras = [replace(e, listing=clip_listing(e.listing, listing_chars)) for e in extras]
     room = budget.usable - budget.estimator.request(build_messages(_NO_MESSAGES, [], extras))
-    draft = render_transcript(candidates, _transcript_chars(budget, room), shape.message_chars)
+    chars = _transcript_chars(budget, room)
+    draft = render_transcript(candidates, chars, shape.message_chars, budget.zone)
     if draft is None:
         return None
     known_cap = min(int(budget.usable * KNOWN_SHARE), room // 2)
     known = fit_known(known_for(draft.plain), known_cap, budget.estimator)
     known_tokens = sum(_known_tokens(m, budget.estimator) for m in known)
     chars = _transcript_chars(budget, room - known_tokens)
-    transcript = render_transcript(candidates, chars, shape.message_chars)
+    transcript = render_transcript(candidates, chars, shape.message_chars, budget.zone)
     assert transcript is not None  # the same messages as the draft
     request = build_messages(transcript, known, extras)
     return Batch(transcript, request, budget.estimator.request(request), len(known))

@@ -12,13 +12,16 @@ import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import date
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from core.errors import ReplyInvalid
 from core.storage.store import StoredMessage
 from core.text import clip_middle, strip_think, whole_number
+from reflector.dates import DATE_RULE, UTC, day_header, first_day_note, message_day
 
 MESSAGE_MAX_CHARS = 1_500
 MESSAGE_MIN_CHARS = 200  # a message alone in a small window is clipped, but not below this
@@ -28,7 +31,8 @@ MAX_CANDIDATES = 50
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
-SYSTEM_PROMPT = """\
+SYSTEM_PROMPT = (
+    """\
 You maintain the long-term memory of a chat assistant. From the new messages of one chat, \
 extract the durable facts worth remembering for later conversations: who the people are \
 (PROFILE: names, preferences, relationships, work, places, plans), what they know or \
@@ -46,7 +50,10 @@ corrects an existing memory, give that memory's id as "supersedes_id".
 - Reply with JSON only, no prose:
 {"memories": [{"content": "...", "category": "PROFILE|KNOWLEDGE|EVENT", \
 "supersedes_id": null}]}
-- If there is nothing worth remembering, reply {"memories": []}."""
+- If there is nothing worth remembering, reply {"memories": []}.
+"""
+    + DATE_RULE
+)
 
 REPAIR_PROMPT = (
     "Your previous reply could not be used ({error}). Reply again with only the JSON object "
@@ -89,6 +96,7 @@ class Transcript:
     count: int
     plain: str = ""  # the message texts without sender labels (the keyword query)
     clipped: int = 0  # messages shortened to fit (their middle replaced by a marker)
+    first_day: tuple[date, ...] = ()  # the first message's day (none when undated)
 
 
 class _Item(BaseModel):
@@ -119,13 +127,16 @@ def render_transcript(
     messages: Sequence[StoredMessage],
     max_chars: int = TRANSCRIPT_MAX_CHARS,
     message_chars: int = MESSAGE_MAX_CHARS,
+    zone: ZoneInfo = UTC,
 ) -> Transcript | None:
     """`[sender]: text` lines, oldest first, within `max_chars`; None if no message.
 
     Tool messages and empty texts are skipped but still covered by the returned last id.
     The first message with text is always included, clipped to fit `max_chars` if need be
     (never below `MESSAGE_MIN_CHARS`), so a pass always makes progress; a later message
-    that does not fit waits for the next batch, where it comes first.
+    that does not fit waits for the next batch, where it comes first. A `(day: …)` line
+    goes before a message said on a later day than the one before it (`days`: the first
+    message's day, for the request to name).
     """
     lines: list[str] = []
     texts: list[str] = []
@@ -133,11 +144,15 @@ def render_transcript(
     last_id = 0
     count = 0
     clipped = 0
+    days: list[date] = []
     for message in messages:
         text = strip_think(message.content) if message.role in ("user", "assistant") else ""
         line = ""
+        day = message_day(message, zone) if text else None
         if text:
             prefix = f"[{message.sender or message.role}]: "
+            if day is not None and days and day != days[-1]:
+                prefix = f"{day_header(day)}\n{prefix}"
             limit = message_chars if lines else min(message_chars, max_chars - len(prefix))
             body = clip_middle(text, max(MESSAGE_MIN_CHARS, limit))
             line = prefix + body
@@ -148,12 +163,15 @@ def render_transcript(
             lines.append(line)
             texts.append(text)
             used += len(line) + 1
+            days += [day] if day is not None and (not days or day != days[-1]) else []
         last_id = message.id
         count += 1
     if not count:
         return None
     plain = "\n".join(texts)
-    return Transcript("\n".join(lines), messages[0].id, last_id, count, plain, clipped)
+    return Transcript(
+        "\n".join(lines), messages[0].id, last_id, count, plain, clipped, tuple(days[:1])
+    )
 
 
 def build_messages(
@@ -167,7 +185,8 @@ def build_messages(
     blocks = [f"<existing_memories>\n{known}\n</existing_memories>"]
     blocks += [f"<existing_{e.key}>\n{e.listing}\n</existing_{e.key}>" for e in extras]
     blocks.append(f"<new_messages>\n{transcript.text or '(no text)'}\n</new_messages>")
-    user = "\n\n".join([*blocks, "Reply with the JSON object."])
+    dated = first_day_note(transcript.first_day)
+    user = "\n\n".join([*blocks, *([dated] if dated else []), "Reply with the JSON object."])
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 

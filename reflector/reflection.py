@@ -24,8 +24,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from core.config import Config
 from core.errors import ContextOverflow, LeaseLost, LLMError, ReplyInvalid
@@ -39,6 +40,7 @@ from memory.store import CATEGORIES, MemoryStore
 from reflector.batching import Shape
 from reflector.calls import ExtractionCalls
 from reflector.contributors import PassContributor
+from reflector.dates import FactDates
 from reflector.extraction import Candidate, ExistingMemory, parse_memories
 from reflector.facts import FactWriter, PreparedFact
 from reflector.grounding import UNGROUNDED, Grounding
@@ -243,6 +245,8 @@ class Reflector:
         candidates, dropped = parse_memories(data, CATEGORIES) if data else ([], 0)
         run.skip("invalid item", dropped)
         covered = [m for m in messages if m.id <= batch.transcript.last_id]
+        dates = FactDates(covered, ZoneInfo(self.config.memory.timezone))
+        candidates = [replace(c, content=dates.absolute(c.content)) for c in candidates]
         facts = await self._prepare(run, candidates, Grounding(covered))
         if not facts and self._uses_statements():
             facts = await self._prepare(run, self_statements(covered), Grounding(covered))

@@ -127,12 +127,14 @@ class DatabaseSessionStore:
                 message.tool_call_id,
                 estimate_tokens(message.content)
                 + estimate_tokens(json.dumps(message.tool_calls or "")),
+                message.created_at,
             )
             for message in messages
         ]
         returned = self.db.write_returning(
             "INSERT INTO messages (chat_id, role, sender, content, tool_calls,"
-            " tool_call_id, token_estimate) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " tool_call_id, token_estimate, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, coalesce(nullif(?, ''), mnemo_now())) RETURNING id",
             rows,
         )
         return [int(row[0]) for row in returned]

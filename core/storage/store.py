@@ -73,6 +73,7 @@ class NewMessage:
     sender: str = ""
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
+    created_at: str = ""  # '' for now
 
 
 @dataclass(frozen=True)

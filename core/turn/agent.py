@@ -196,7 +196,8 @@ class Agent:
         with self.store.transaction():
             self._check(lease)
             [message_id] = self.store.append(
-                message.chat.id, [NewMessage("user", inbound.text, sender=sender)]
+                message.chat.id,
+                [NewMessage("user", inbound.text, sender=sender, created_at=inbound.sent_at)],
             )
             self.deliveries.start_turn(message.id, message_id)
         return message_id

@@ -251,7 +251,8 @@ def bench_memory(
             storage_url = server.create_database("bench")
         storage = _bench_storage(work, storage_url)
         stack.callback(storage.close)
-        _bench_memory_on(storage, count, queries, retrievers, query_precision, gap, as_json)
+        reopen = partial(_bench_storage, work, storage_url)
+        _bench_memory_on(storage, count, queries, retrievers, query_precision, gap, as_json, reopen)
 
 
 def _bench_storage(work: Path, url: str | None) -> Storage:
@@ -270,7 +271,9 @@ def _bench_memory_on(
     query_precision: str,
     gap: float,
     as_json: bool,
+    reopen: Callable[[], Storage] | None = None,
 ) -> None:
+    from memory.bench.restart import restart_figures
     from memory.embeddings import load_embedder
     from memory.stores import memory_store
 
@@ -303,6 +306,9 @@ def _bench_memory_on(
     if embedder is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
+    if reopen is not None:
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results.update(restart_figures(reopen, embedder, chat_id, asked))
     precision = getattr(embedder, "query_precision", "none (no model)")
     _print_memory_bench(
         count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
@@ -471,6 +477,12 @@ def _percentiles(timings: list[float]) -> dict[str, float]:
     }
 
 
+def rss_mb() -> float:
+    from memory.bench.restart import rss_mb as measured
+
+    return measured()
+
+
 def _print_memory_bench(
     count: int,
     queries: int,
@@ -491,6 +503,7 @@ def _print_memory_bench(
                     "query_precision": precision,
                     "gap_s": gap,
                     "storage": where,
+                    "rss_mb": rss_mb(),
                     "latency": results,
                 },
                 indent=2,
@@ -500,7 +513,7 @@ def _print_memory_bench(
     click.echo(
         f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
         f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
-        f" included; {gap:g} s idle before each; on {where}"
+        f" included; {gap:g} s idle before each; on {where}; RSS {rss_mb()} MB"
     )
     for mode, figures in results.items():
         extra = "".join(
@@ -510,3 +523,18 @@ def _print_memory_bench(
             f"  {mode:<40} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
             f"  max {figures['max_ms']:.2f} ms{extra}"
         )
+
+
+@click.command("recall")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--limit", type=int, default=None, help="Only the first N conversations.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_recall(path: Path, limit: int | None, as_json: bool) -> None:
+    """Share of LoCoMo questions whose evidence reaches the model request, end to end."""
+    import asyncio
+
+    from core.bench.support import echo_result
+    from memory.bench.recall import recall_lines, run_recall_bench
+
+    result = asyncio.run(run_recall_bench(path, limit))
+    echo_result(result, as_json, lambda: recall_lines(result))

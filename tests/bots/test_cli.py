@@ -26,6 +26,7 @@ BENCHES = {
     "longrun",
     "media",
     "memory",
+    "recall",
     "reflector",
     "scale",
     "skills",
