@@ -5,9 +5,11 @@ Private chats get `sendMessageDraft` (an animated draft Telegram shows for ~30 s
 the reply's real `sendMessage`. Groups get a first message that is edited in place as the
 text grows; the final reply edits it once more (with its formatting) instead of sending
 another. At most one call per `interval_s` per chat; a 429 holds the chat back for its
-`retry_after`. Partial text goes out plain (half-written Markdown is not yet valid) and
-split at 4,096: a group's stream starts a new message when the current one is full; a
-draft shows the part being written.
+`retry_after`. The first call too waits one interval from the first words: a reply written
+within it goes out as its one real message, with no draft or edit just before it (two API
+calls instead of one, against Telegram's per-bot rate). Partial text goes out plain
+(half-written Markdown is not yet valid) and split at 4,096: a group's stream starts a new
+message when the current one is full; a draft shows the part being written.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class TelegramStreams:
         if stream is None:
             quote = int(message.reply_to) if message.reply_to.isdigit() else None
             stream = ReplyStream(chat_id, thread_id, quote if chat_id < 0 else None)
+            stream.last_call = self.clock()  # nothing shown before one interval has passed
             if chat_id > 0:
                 stream.draft_id = next(_draft_ids)
             self._open[key] = stream
