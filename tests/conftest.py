@@ -137,6 +137,15 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("migrated_postgres_url"))
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def blank_storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """`storage_url` with nothing in it yet, on each engine: for the tests that migrate an
+    old deployment's database part of the way themselves."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'mnemo.db'}"
+    return str(request.getfixturevalue("fresh_postgres_url"))
+
+
 @pytest.fixture
 def storage(storage_url: str) -> Iterator[Storage]:
     """A migrated database of each engine (the store contract tests run on both)."""
