@@ -73,7 +73,9 @@ async def test_a_reply_written_within_one_interval_is_one_message_without_a_draf
 async def test_a_group_sees_one_message_edited_in_place_then_the_final_text(
     streaming: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
 ) -> None:
-    fake_llm.add(FakeReply(WORDS, tokens_per_s=40))
+    # ~1.6 s of generation: the first message waits one interval, and a loaded machine
+    # must still leave time for edits after it.
+    fake_llm.add(FakeReply(WORDS, tokens_per_s=25))
     async with running(streaming, tg):
         text, entities = mention()
         tg.push_message(GROUP, ALICE, text, entities=entities)
