@@ -58,7 +58,7 @@ async def test_a_private_chat_sees_drafts_then_one_real_message(
     assert final["text"] == WORDS == reply_stored(streaming, "101")
 
 
-async def test_a_reply_written_within_one_interval_is_one_message_without_a_draft(
+async def test_a_reply_written_at_once_is_one_message_without_a_draft(
     streaming: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
 ) -> None:
     """A quick reply needs no preview: one API call, not a draft and then the message."""
@@ -73,8 +73,8 @@ async def test_a_reply_written_within_one_interval_is_one_message_without_a_draf
 async def test_a_group_sees_one_message_edited_in_place_then_the_final_text(
     streaming: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
 ) -> None:
-    # ~1.6 s of generation: the first message waits one interval, and a loaded machine
-    # must still leave time for edits after it.
+    # ~1.6 s of generation: the first message waits a moment, and a loaded machine must
+    # still leave time for edits after it.
     fake_llm.add(FakeReply(WORDS, tokens_per_s=25))
     async with running(streaming, tg):
         text, entities = mention()
@@ -139,7 +139,7 @@ async def test_a_draft_is_shown_again_before_it_expires_while_the_turn_pauses(
     async with Bot("123:TEST", base_url=tg.base_url) as bot:
         message = Outbound("telegram", "101", "first words", reply_to="5")
         stream = streams.open_stream(message, 101, None)
-        now[0] += 1.0  # the first draft waits one interval
+        now[0] += 1.0  # the first draft waits FIRST_SHOW_S
         await streams.show(bot, stream, message.text)
         now[0] += DRAFT_REFRESH_S / 2
         await streams.refresh_drafts(bot, "101")  # still fresh: nothing sent
