@@ -5,9 +5,12 @@ Private chats get `sendMessageDraft` (an animated draft Telegram shows for ~30 s
 the reply's real `sendMessage`. Groups get a first message that is edited in place as the
 text grows; the final reply edits it once more (with its formatting) instead of sending
 another. At most one call per `interval_s` per chat; a 429 holds the chat back for its
-`retry_after`. Partial text goes out plain (half-written Markdown is not yet valid) and
-split at 4,096: a group's stream starts a new message when the current one is full; a
-draft shows the part being written.
+`retry_after`. The first call waits `FIRST_SHOW_S` (or the interval, if shorter) from the
+first words: a reply written within it goes out as its one real message, with no draft or
+edit just before it (two API calls instead of one, against Telegram's per-bot rate). Partial
+text goes out plain
+(half-written Markdown is not yet valid) and split at 4,096: a group's stream starts a new
+message when the current one is full; a draft shows the part being written.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from core.errors import DeliveryFailed
 
 logger = logging.getLogger(__name__)
 
+FIRST_SHOW_S = 0.5  # a reply done sooner needs no preview; later ones show within 1 s
 DRAFT_REFRESH_S = 20.0  # a draft lives ~30 s: shown again before then even if unchanged
 FINAL_RETRIES = 3  # 429s waited out while editing in the final text
 _draft_ids = itertools.count(1)
@@ -70,6 +74,8 @@ class TelegramStreams:
         if stream is None:
             quote = int(message.reply_to) if message.reply_to.isdigit() else None
             stream = ReplyStream(chat_id, thread_id, quote if chat_id < 0 else None)
+            # The first call becomes due FIRST_SHOW_S (at most one interval) from now.
+            stream.last_call = self.clock() + min(FIRST_SHOW_S, self.interval_s) - self.interval_s
             if chat_id > 0:
                 stream.draft_id = next(_draft_ids)
             self._open[key] = stream

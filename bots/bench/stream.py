@@ -117,7 +117,10 @@ async def telegram_run(
         partial = len(shown)
     stored = stored_reply(runtime, "telegram", str(chat_id))
     times = llm.token_times[-1]
-    first = shown[0].at - times[0] if shown else float("nan")
+    # The first text the user sees: a draft or edit, or the real message of a reply that
+    # was done before any partial was due.
+    visible = [c for c in calls if c.method in PARTIAL_CALLS or c.method == "sendMessage"]
+    first = visible[0].at - times[0] if visible else float("nan")
     name = "telegram-edit" if group else "telegram-draft"
     return Run(name, first, partial, times[-1] - times[0], final == stored, "[reply cut" in stored)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import stat
 from collections.abc import Sequence
@@ -72,14 +73,17 @@ class FileStore(Protocol):
         ...
 
 
+@functools.lru_cache(maxsize=4096)
 def clean_path(path: str) -> str:
-    """`path` as a normalised relative path; an error for absolute paths, `..` and empties."""
+    """`path` as a normalised relative path; an error for absolute paths, `..` and empties.
+    Remembered: every turn cleans the same few paths (memory files, skill folders) again."""
     pure = PurePosixPath(path.replace("\\", "/"))
     if pure.is_absolute() or not pure.parts or any(part in ("..", ".") for part in pure.parts):
         raise InputError(f"{path!r} is not a path inside the data dir")
     return pure.as_posix()
 
 
+@functools.lru_cache(maxsize=1024)
 def clean_prefix(prefix: str) -> str:
     """A directory prefix ('' for everything) with one trailing `/`."""
     return "" if prefix.strip("/") == "" else clean_path(prefix.strip("/")) + "/"

@@ -58,10 +58,24 @@ async def test_a_private_chat_sees_drafts_then_one_real_message(
     assert final["text"] == WORDS == reply_stored(streaming, "101")
 
 
+async def test_a_reply_written_at_once_is_one_message_without_a_draft(
+    streaming: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
+) -> None:
+    """A quick reply needs no preview: one API call, not a draft and then the message."""
+    fake_llm.add(FakeReply("word0 word1 word2", tokens_per_s=100))  # ~0.03 s of generation
+    async with running(streaming, tg):
+        tg.push_message(private(ALICE), ALICE, "count")
+        await eventually(lambda: bool(tg.sent("sendMessage")))
+    assert tg.sent("sendMessageDraft") == []
+    assert [m["text"] for m in tg.sent("sendMessage")] == ["word0 word1 word2"]
+
+
 async def test_a_group_sees_one_message_edited_in_place_then_the_final_text(
     streaming: Runtime, tg: FakeTelegramServer, fake_llm: FakeOpenAIServer
 ) -> None:
-    fake_llm.add(FakeReply(WORDS, tokens_per_s=40))
+    # ~1.6 s of generation: the first message waits a moment, and a loaded machine must
+    # still leave time for edits after it.
+    fake_llm.add(FakeReply(WORDS, tokens_per_s=25))
     async with running(streaming, tg):
         text, entities = mention()
         tg.push_message(GROUP, ALICE, text, entities=entities)
@@ -125,6 +139,7 @@ async def test_a_draft_is_shown_again_before_it_expires_while_the_turn_pauses(
     async with Bot("123:TEST", base_url=tg.base_url) as bot:
         message = Outbound("telegram", "101", "first words", reply_to="5")
         stream = streams.open_stream(message, 101, None)
+        now[0] += 1.0  # the first draft waits FIRST_SHOW_S
         await streams.show(bot, stream, message.text)
         now[0] += DRAFT_REFRESH_S / 2
         await streams.refresh_drafts(bot, "101")  # still fresh: nothing sent

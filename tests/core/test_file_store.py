@@ -11,7 +11,7 @@ import pytest
 from core.config import StorageConfig
 from core.errors import InputError
 from core.storage.engine import open_storage
-from core.storage.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
+from core.storage.file_store import DatabaseFileStore, DirectoryFileStore, FileStore, clean_path
 
 
 @pytest.fixture(params=["directory", "database"])
@@ -88,3 +88,13 @@ def test_several_files_are_read_at_once(files: FileStore) -> None:
         "AGENTS.md": "global",
         "telegram/42/AGENTS.md": "chat",
     }
+
+
+def test_a_path_cleaned_each_turn_is_cleaned_once_and_a_bad_one_is_refused_each_time() -> None:
+    """Every turn cleans the same memory and skill paths: remembered, not parsed again."""
+    before = clean_path.cache_info().hits
+    assert clean_path("memory\\MEMORY.md") == clean_path("memory\\MEMORY.md") == "memory/MEMORY.md"
+    assert clean_path.cache_info().hits == before + 1
+    for _ in range(2):
+        with pytest.raises(InputError, match="not a path inside"):
+            clean_path("../outside")

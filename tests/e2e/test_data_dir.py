@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -31,12 +32,16 @@ def test_an_uncreatable_data_dir_is_one_line_for_every_command(
     blocker.write_text("not a directory", encoding="utf-8")
     data = blocker / "data" if where == "under a file" else Path("/proc/mnemo-test/data")
     config = write_config(tmp_path / "config.toml", fake_llm.base_url, data)
-    for command in COMMANDS:
-        result = run_mnemo(command, config, stdin="hello\n")
+    # Eleven processes that share nothing (no data dir can exist): started side by side,
+    # as the suite mostly waits on process starts.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        checked = pool.submit(run_mnemo, ["doctor"], config)
+        results = list(pool.map(lambda c: run_mnemo(c, config, stdin="hello\n"), COMMANDS))
+        doctor = checked.result()
+    for command, result in zip(COMMANDS, results, strict=True):
         assert result.returncode != 0, command
         [line] = result.stderr.splitlines() or [""]
         assert line.startswith(f"mnemo: cannot create data_dir {data}: "), (command, result.stderr)
         assert where != "under a file" or line.endswith(": Not a directory")
-    doctor = run_mnemo(["doctor"], config)
     assert doctor.returncode == 1 and "Traceback" not in doctor.stdout + doctor.stderr
     assert f"[FAIL] database: cannot create data_dir {data}" in doctor.stdout

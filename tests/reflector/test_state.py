@@ -54,12 +54,12 @@ def table_names(storage: Storage) -> set[str]:
     return {row[0] for row in rows}
 
 
-def test_migration_adds_the_tables_to_an_old_database(storage_url: str) -> None:
-    old = open_old(storage_url, upto=2)
+def test_migration_adds_the_tables_to_an_old_database(blank_storage_url: str) -> None:
+    old = open_old(blank_storage_url, upto=2)
     assert not table_names(old) & TABLES
     chat_id, _ = chat_with_messages(old, "a", 3)
     old.close()
-    new = open_url(storage_url)
+    new = open_url(blank_storage_url)
     try:
         assert table_names(new) >= TABLES
         assert cursor_store(new).pending_chats() == [chat_id]
@@ -253,8 +253,8 @@ def test_run_log_records_successes_and_failures(db: Storage) -> None:
     assert log.recent(chat_id) == [] and log.count(chat_id) == 0
 
 
-def test_migration_0009_gives_old_runs_a_status(storage_url: str) -> None:
-    old = open_old(storage_url, upto=8)
+def test_migration_0009_gives_old_runs_a_status(blank_storage_url: str) -> None:
+    old = open_old(blank_storage_url, upto=8)
     chat_id, _ = chat_with_messages(old, "a", 1)
     for ok in (1, 0):
         execute(
@@ -263,7 +263,7 @@ def test_migration_0009_gives_old_runs_a_status(storage_url: str) -> None:
             (chat_id, ok, None if ok else "boom"),
         )
     old.close()
-    new = open_url(storage_url)
+    new = open_url(blank_storage_url)
     try:
         failed, done = run_store(new).recent(chat_id)
         assert (failed.status, failed.batch_failed, done.status) == ("failed", False, "done")
@@ -272,9 +272,9 @@ def test_migration_0009_gives_old_runs_a_status(storage_url: str) -> None:
 
 
 def test_migration_0016_keeps_old_runs_and_says_their_skip_reasons_were_not_recorded(
-    storage_url: str,
+    blank_storage_url: str,
 ) -> None:
-    old = open_old(storage_url, upto=13)
+    old = open_old(blank_storage_url, upto=13)
     chat_id, _ = chat_with_messages(old, "a", 1)
     execute(
         old,
@@ -283,7 +283,7 @@ def test_migration_0016_keeps_old_runs_and_says_their_skip_reasons_were_not_reco
         (chat_id,),
     )
     old.close()
-    new = open_url(storage_url)
+    new = open_url(blank_storage_url)
     try:
         [row] = run_store(new).recent(chat_id)
         assert row.skip_reasons == "" and "2 skipped (reason not recorded)" in row.summary()

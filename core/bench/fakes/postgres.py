@@ -175,9 +175,14 @@ class PostgresServer:
             raise
         return self
 
-    def create_database(self, name: str) -> str:
-        """Create an empty database (from template1) and return its URL."""
-        self._client("createdb", name)
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """Create a database and return its URL: empty (from template1), or a copy of
+        `template` (a database nobody is connected to), copied file by file: with fsync off
+        that is faster than replaying its schema, and far faster than migrating again."""
+        if template is None:
+            self._client("createdb", name)
+        else:
+            self._client("createdb", "--template", template, "--strategy", "FILE_COPY", name)
         return self.url(name)
 
     def drop_database(self, name: str) -> None:

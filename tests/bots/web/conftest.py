@@ -77,7 +77,7 @@ def web_storage_url(request: pytest.FixtureRequest) -> str | None:
     is parametrized by `ON_BOTH_ENGINES`."""
     engine = getattr(request, "param", None)
     if engine == "postgresql":
-        return str(request.getfixturevalue("fresh_postgres_url"))
+        return str(request.getfixturevalue("migrated_postgres_url"))
     return None
 
 
