@@ -126,6 +126,9 @@ class Tool:
     description: str
     function: ToolFunction
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    # Offered on every request, even when a small window offers only the likely tools
+    # (`core.context.tool_offer`): the memory tools.
+    essential: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -149,6 +149,8 @@ class ContextConfig(Section):
     tool_result_max_chars: int = Field(default=16_000, ge=500)
     dynamic_total_max_chars: int | None = Field(default=None, ge=1000)
     dynamic_section_max_chars: int | None = Field(default=None, ge=1000)
+    # Tool schemas' own budget, a share of the usable window (`core.context.tool_offer`).
+    tools_share: float = Field(default=0.2, gt=0, le=1)
 
 
 class TerminalConfig(Section):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from core.api import Tool, TurnContext
@@ -13,6 +14,12 @@ from memory.notes import NoteWrite, write_notes
 from memory.store import CATEGORIES, MAX_ID_DIGITS_READ, check_memory_id
 
 MAX_SEARCH_K = 50
+ESSENTIAL_TOOLS = (
+    "read_memory",
+    "write_memory",
+    "structured_memory_search",
+    "structured_memory_add",
+)
 
 
 def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -102,7 +109,13 @@ class MemoryTools:
         return f"deleted memory #{memory.id}"
 
     def tools(self) -> list[Tool]:
-        return self._file_tools() + self._structured_tools()
+        """The memory tools; those that look up and save are essential (a small window
+        still offers them), correcting and forgetting a fact are offered when the message
+        asks for it (`core.context.tool_offer`)."""
+        return [
+            replace(tool, essential=tool.name in ESSENTIAL_TOOLS)
+            for tool in self._file_tools() + self._structured_tools()
+        ]
 
     def _file_tools(self) -> list[Tool]:
         scope = {"type": "string", "enum": list(SCOPES)}
@@ -149,13 +162,13 @@ class MemoryTools:
             ),
             Tool(
                 "structured_memory_update",
-                "Correct a remembered fact by id.",
+                "Correct (update, fix) a wrong remembered fact by id.",
                 self.update,
                 _schema({"id": memory_id, "content": {"type": "string"}}, ["id", "content"]),
             ),
             Tool(
                 "structured_memory_delete",
-                "Forget a remembered fact by id.",
+                "Forget (delete, remove) a remembered fact by id.",
                 self.delete,
                 _schema({"id": memory_id}, ["id"]),
             ),

@@ -18,6 +18,7 @@ from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
 from core.context.pruning import PruneStats, prune_request
 from core.context.request import (
+    SMALL_WINDOW_TOKENS,
     RequestParts,
     message_for_request,
     render_dynamic,
@@ -27,6 +28,7 @@ from core.context.request import (
     unseen_sections,
     with_context,
 )
+from core.context.tool_offer import ToolOffer, offer_tools
 from core.model.calibration import estimator_for
 from core.model.profile import (
     Window,
@@ -40,6 +42,13 @@ from core.model.profile import (
 from core.model.tokens import TokenEstimator
 from core.storage.store import SessionStore
 from core.tools.registry import ToolRegistry
+
+
+def small_window_protect_turns(usable: int) -> int:
+    """User turns kept whole when a small window is pruned: one per ~1,500 usable tokens
+    (a turn of ~700-character messages is ~220 tokens), at least the newest."""
+    return max(1, usable // 1_500)
+
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
 
@@ -64,6 +73,7 @@ class RequestPlan:
     # newest user message already has its block
     context_to_keep: tuple[int, str] | None = None
     answer_tokens: int = 0  # the max_tokens to send: what the window keeps for the answer
+    tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
 
     @cached_property
     def tokens(self) -> int:
@@ -113,12 +123,18 @@ class RequestPlanner:
         """The model's context window and where the figure comes from."""
         return window_for(self.store, self.config.llm, self.model)
 
+    def window_chars(self) -> int:
+        """The usable window (without the answer's reserve) in characters, as estimated."""
+        usable = effective_window(self.window().tokens, self.config.llm.max_output_tokens)
+        return int(usable * estimator_for(self.store, self.config, self.model).chars_per_token)
+
     def parts(
         self,
         chat: Chat,
         pending: Sequence[dict[str, Any]],
         sections: Sequence[ContextSection],
         late_system: bool = True,
+        short: bool = False,
     ) -> tuple[RequestParts, tuple[int, str] | None]:
         """The layout of the next request from the stored history and this turn's messages,
         and the block to keep on the newest user message once it is sent.
@@ -135,7 +151,9 @@ class RequestPlanner:
         if dynamic is None:
             dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
         parts = RequestParts(
-            prefix=static_prefix(self.config, self.tools.names_for(chat), self.today()),
+            prefix=static_prefix(
+                self.config, self.tools.names_for(chat), self.today(), short=short
+            ),
             summary=self.store.session(chat.id).summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
@@ -144,6 +162,20 @@ class RequestPlanner:
             contexts=contexts,
         )
         return parts, (newest[0].id, dynamic) if newest and kept is None else None
+
+    def offer(
+        self, chat: Chat, parts: RequestParts, estimator: TokenEstimator, budget: int
+    ) -> ToolOffer:
+        """The chat's tools within `budget` tokens, chosen by the newest user message and
+        the tools called in the history."""
+        users = [entry for entry in parts.newest if entry.get("role") == "user"]
+        message = str(users[0].get("content") or "") if users else ""
+        recent = [
+            str(call.get("function", {}).get("name"))
+            for entry in parts.history + parts.newest
+            for call in entry.get("tool_calls") or []
+        ]
+        return offer_tools(self.tools.tools_for(chat), budget, estimator, message, recent)
 
     def plan(
         self,
@@ -166,22 +198,29 @@ class RequestPlanner:
         budget = section_budget(config, estimator.chars_per_token, usable)
         budgeted = apply_budget(sections, budget)
         late_system = profile.late_system is not False
-        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system)
-        with_tools = tools and tools_enabled(config.llm, profile)
+        in_prompt = profile.tools_in_prompt is not False
+        short = usable < SMALL_WINDOW_TOKENS and in_prompt
+        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short)
+        offer = None
+        if tools and tools_enabled(config.llm, profile):
+            offer = self.offer(chat, parts, estimator, int(usable * config.context.tools_share))
         plan = RequestPlan(
             messages=parts.messages(),
-            tools=self.tools.schemas(chat) if with_tools else None,
+            tools=offer.schemas if offer is not None else None,
             sections=budgeted.meta,
             estimator=estimator,
             window=usable,
             parts=_part_tokens(estimator, parts),
-            tools_in_prompt=profile.tools_in_prompt is not False,
+            tools_in_prompt=in_prompt,
             context_to_keep=to_keep,
             answer_tokens=request_tokens_for(window.tokens, config.llm.max_output_tokens),
+            tool_offer=offer,
         )
         if protect_turns is None:
             if plan.share <= config.context.prune_threshold:
                 return plan
             protect_turns = config.context.protect_turns
-        messages, stats = prune_request(plan.messages, protect_turns)
+            if short:
+                protect_turns = min(protect_turns, small_window_protect_turns(usable))
+        messages, stats = prune_request(plan.messages, protect_turns, small_window=short)
         return replace(plan, messages=messages, prune=stats)

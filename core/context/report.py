@@ -31,6 +31,8 @@ class ContextReport:
     tool_count: int  # tools offered with the request
     tools_tokens: int  # their schemas (0 when the server's template drops them)
     tools_dropped: bool  # the template leaves the schemas out of the prompt
+    tools_compacted: bool  # over their budget: descriptions cut to a sentence
+    tools_left_out: dict[str, str]  # tool name -> why a small window did not offer it
     framing_tokens: int  # the rest of the total: the answer's header, rounding, pruning
     sections: list[SectionMeta]
     total_tokens: int
@@ -89,9 +91,12 @@ class ContextReport:
         tools = f"tool schemas: {self.tool_count} tools, ~{self.tools_tokens} tokens"
         if self.tools_dropped:
             tools = f"tool schemas: {self.tool_count} tools, dropped by the server's template (0)"
+        if self.tools_compacted:
+            tools += " (descriptions compacted to fit the tool budget)"
         pruned = ", minus pruned tool results" if self.would_prune else ""
         lines += [
             tools,
+            *(f"  - left out: {name} ({why})" for name, why in self.tools_left_out.items()),
             f"framing: ~{self.framing_tokens} tokens (the answer's turn header, rounding{pruned})",
             f"total: ~{self.total_tokens} of {self.effective_window} tokens"
             f" ({self.share:.0%}, window {self.context_window} from {self.window_source},"
@@ -142,6 +147,8 @@ def context_report(
         tool_count=len(plan.tools or []),
         tools_tokens=tools_tokens,
         tools_dropped=bool(plan.tools) and not plan.tools_in_prompt,
+        tools_compacted=bool(plan.tool_offer and plan.tool_offer.compacted),
+        tools_left_out=dict(plan.tool_offer.left_out) if plan.tool_offer else {},
         framing_tokens=plan.tokens - sum(plan.parts.values()) - tools_tokens,
         sections=plan.sections,
         total_tokens=plan.tokens,

@@ -23,16 +23,31 @@ READ_TOOL_NAME = "read_tool_result"
 DEFAULT_READ_CHARS = 4_000
 
 
-def excerpt_chars(config: Config) -> int:
+def excerpt_chars(limit: int) -> int:
     """How much of a stored big result stays in history (head and tail)."""
-    return max(400, config.context.tool_result_max_chars // 4)
+    return max(400, limit // 4)
+
+
+def result_limit(config: Config, window_chars: int | None = None) -> int:
+    """The largest tool result kept in history whole: `tool_result_max_chars`, at most a
+    quarter of the usable window (`window_chars`, in characters) on a small window."""
+    limit = config.context.tool_result_max_chars
+    return limit if window_chars is None else max(500, min(limit, window_chars // 4))
 
 
 def keep_tool_result(
-    config: Config, files: FileStore, chat: Chat, call_id: str, name: str, result: str
+    config: Config,
+    files: FileStore,
+    chat: Chat,
+    call_id: str,
+    name: str,
+    result: str,
+    *,
+    window_chars: int | None = None,
 ) -> str:
     """`result` itself when small; else store it as a file and return an excerpt naming it."""
-    if len(result) <= config.context.tool_result_max_chars or name == READ_TOOL_NAME:
+    limit = result_limit(config, window_chars)
+    if len(result) <= limit or name == READ_TOOL_NAME:
         return result
     stamp = utc_now().strftime("%Y%m%dT%H%M%S%f")
     relative = f"{TOOL_RESULTS_DIR}/{stamp}-{safe_path_part(name)}-{safe_path_part(call_id)}.txt"
@@ -42,12 +57,12 @@ def keep_tool_result(
     except (OSError, StorageError):
         logger.exception("could not store a %d-char result of %s at %s", len(result), name, path)
         note = f"[tool result of {len(result)} chars, excerpted; storing it in full failed]"
-        return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
+        return f"{note}\n{clip_middle(result, excerpt_chars(limit))}"
     note = (
         f"[tool result of {len(result)} chars stored in full at {relative}; "
         f"read more with {READ_TOOL_NAME}(path, offset)]"
     )
-    return f"{note}\n{clip_middle(result, excerpt_chars(config))}"
+    return f"{note}\n{clip_middle(result, excerpt_chars(limit))}"
 
 
 def read_stored_result(config: Config, files: FileStore, chat: Chat, args: dict[str, Any]) -> str:

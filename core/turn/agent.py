@@ -242,8 +242,12 @@ class Agent:
             *(self.extensions.tools.execute(c.name, c.arguments, turn) for c in calls[:allowed])
         )
         results += [spent] * (len(calls) - len(results))
+        window_chars = self.planner.window_chars()
         for call, result in zip(calls, results, strict=True):
-            kept = keep_tool_result(self.config, self.files, turn.chat, call.id, call.name, result)
+            kept = keep_tool_result(
+                self.config, self.files, turn.chat, call.id, call.name, result,
+                window_chars=window_chars,
+            )  # fmt: skip
             messages.append({"role": "tool", "tool_call_id": call.id, "content": kept})
         return messages
 
