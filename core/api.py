@@ -113,6 +113,10 @@ class ContextSection:
     text: str
     priority: int = 50
     protected: bool = False
+    # Evidence shown by `/context KEY`: the scope it comes from (chat, channel, global, …)
+    # and why it was included (ranking, state, request focus).
+    scope: str = ""
+    reason: str = ""
 
 
 ToolFunction = Callable[[TurnContext, dict[str, Any]], Awaitable[str]]

@@ -16,6 +16,7 @@ from typing import Any
 from core.api import Chat, ContextSection
 from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
+from core.context.focus import focus_sections
 from core.context.pruning import PruneStats, prune_request
 from core.context.request import (
     SMALL_WINDOW_TOKENS,
@@ -40,7 +41,7 @@ from core.model.profile import (
     window_for,
 )
 from core.model.tokens import TokenEstimator
-from core.storage.store import SessionStore
+from core.storage.store import SessionStore, StoredMessage
 from core.tools.registry import ToolRegistry
 
 
@@ -135,6 +136,7 @@ class RequestPlanner:
         sections: Sequence[ContextSection],
         late_system: bool = True,
         short: bool = False,
+        history: Sequence[StoredMessage] | None = None,
     ) -> tuple[RequestParts, tuple[int, str] | None]:
         """The layout of the next request from the stored history and this turn's messages,
         and the block to keep on the newest user message once it is sent.
@@ -142,7 +144,8 @@ class RequestPlanner:
         The newest user message gets the block it was first sent with, or else (it is
         being sent now) the lines of `sections` that no block in the history shows.
         """
-        older, newest = split_newest(self.store.history(chat.id))
+        stored = list(self.store.history(chat.id) if history is None else history)
+        older, newest = split_newest(stored)
         group = chat.kind != "private"
         limit = self.config.context.tool_result_max_chars * 4
         contexts = tuple(message.context or "" for message in older)
@@ -196,11 +199,14 @@ class RequestPlanner:
         window = resolve_window(config.llm, profile)
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
-        budgeted = apply_budget(sections, budget)
+        history = self.store.history(chat.id)
+        _, newest = split_newest(history)
+        message = newest[0].content if newest else ""
+        budgeted = apply_budget(focus_sections(sections, message), budget)
         late_system = profile.late_system is not False
         in_prompt = profile.tools_in_prompt is not False
         short = usable < SMALL_WINDOW_TOKENS and in_prompt
-        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short)
+        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
         if tools and tools_enabled(config.llm, profile):
             offer = self.offer(chat, parts, estimator, int(usable * config.context.tools_share))

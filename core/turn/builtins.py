@@ -17,7 +17,7 @@ from core.clock import utc_now
 from core.config import Config
 from core.context.compaction import Compactor
 from core.context.plan import RequestPlanner
-from core.context.report import context_report
+from core.context.report import context_report, section_detail
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
 from core.tools.results import read_tool
@@ -72,7 +72,11 @@ class CoreExtension(Extension):
             Command(
                 "compact", "summarise older messages now (nothing is deleted)", self.compact_command
             ),
-            Command("context", "show what the next model request holds", self.context_command),
+            Command(
+                "context",
+                "show what the next model request holds (/context KEY: one section in full)",
+                self.context_command,
+            ),
             self.forget_me.command(),
         ]
 
@@ -116,5 +120,8 @@ class CoreExtension(Extension):
         return f"{head}\n\nSummary:\n{result.summary}"
 
     async def context_command(self, turn: TurnContext, args: str) -> str:
+        """/context: the next request's parts; /context KEY: one section in full."""
         sections = await self.extensions.context_sections(turn)
+        if args.strip():
+            return section_detail(self.planner, turn.chat, sections, args)
         return context_report(self.planner, turn.chat, sections).render()

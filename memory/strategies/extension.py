@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 
 from core.api import Chat, ChatDataSection, Command, ContextSection, Extension, TurnContext
@@ -69,7 +70,9 @@ class StrategyExtension(Extension):
         text = render_strategies(promoted)
         if not text:
             return []
-        return [ContextSection(SECTION_KEY, "strategies", text, priority=SECTION_PRIORITY)]
+        reason = f"{len(promoted)} PROMOTED strategies (found helpful more than harmful)"
+        section = ContextSection(SECTION_KEY, "strategies", text, SECTION_PRIORITY)
+        return [replace(section, scope="chat and global", reason=reason)]
 
     async def after_turn(self, turn: TurnContext) -> None:
         """The PROMOTED strategies reached this turn's requests: they are in use."""
