@@ -17,6 +17,7 @@ from core.api import (
 from core.config import Config
 from core.errors import InputError, ToolError
 from memory.chat_data import export_memory, forget_memory, memory_counts
+from memory.daily_notes import DailyNotes, today
 from memory.explicit import parse_explicit
 from memory.files import FileMemory
 from memory.injection import max_injectable, memories_section
@@ -70,6 +71,10 @@ class MemoryExtension(Extension):
             memory.file_scope_max_chars,
             memory.file_total_max_chars,
         )
+        chat = turn.chat
+        daily = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id).section(today())
+        if daily is not None:
+            sections.append(daily)
         if memory.token_budget > 0:
             ranked = self.keeper.rank(turn.chat.id, turn.query, max_injectable(memory.token_budget))
             section = memories_section(self.keeper.store, turn.chat.id, ranked, memory.token_budget)

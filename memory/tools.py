@@ -8,9 +8,10 @@ from typing import Any
 from core.api import Tool, TurnContext
 from core.errors import InputError, ToolError
 from core.text import whole_number
+from memory.daily_notes import DailyNotes, parse_day, today
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
-from memory.notes import NoteWrite, write_notes
+from memory.notes import TODAY, NoteWrite, write_notes
 from memory.store import CATEGORIES, MAX_ID_DIGITS_READ, check_memory_id
 
 MAX_SEARCH_K = 50
@@ -47,10 +48,13 @@ def memory_id_arg(args: dict[str, Any]) -> int:
         raise ToolError(str(exc)) from exc
 
 
+NOTE_SCOPES = (*SCOPES, TODAY)
+
+
 def scope_arg(args: dict[str, Any]) -> str:
     scope = text_arg(args, "scope").strip().lower()
-    if scope not in SCOPES:
-        raise ToolError(f"`scope` must be one of {', '.join(SCOPES)}")
+    if scope not in NOTE_SCOPES:
+        raise ToolError(f"`scope` must be one of {', '.join(NOTE_SCOPES)}")
     return scope
 
 
@@ -60,8 +64,20 @@ class MemoryTools:
 
     async def read_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         scope = scope_arg(args)
+        if scope == TODAY:
+            return self.read_day(turn, text_arg(args, "date", required=False))
         text = self.keeper.files.read(scope, turn.chat.channel, turn.chat.external_chat_id)
         return text or f"(the {scope} AGENTS.md is empty)"
+
+    def read_day(self, turn: TurnContext, day_text: str) -> str:
+        """One daily note of the chat: today's, or the day `day_text` names (YYYY-MM-DD)."""
+        try:
+            day = parse_day(day_text) if day_text.strip() else today()
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
+        chat = turn.chat
+        notes = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id)
+        return notes.read(day) or f"(no daily note for {day.isoformat()})"
 
     async def write_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         write = NoteWrite(
@@ -73,13 +89,15 @@ class MemoryTools:
         query = text_arg(args, "query")
         k = min(max(int_arg(args, "k", 5), 1), MAX_SEARCH_K)
         ranked = self.keeper.rank(turn.chat.id, query, k)
-        if not ranked:
-            return "no matching memories"
-        return "\n".join(
+        lines = [
             f"#{item.memory.id} {item.memory.line()}"
             + (" (global)" if item.memory.chat_id is None else "")
             for item in ranked
-        )
+        ]
+        chat = turn.chat
+        days = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id)
+        lines += [f"daily note {hit}" for hit in days.search(query, today())]
+        return "\n".join(lines) or "no matching memories"
 
     async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
         content = self.keeper.checked_not_forgotten(turn.chat.id, text_arg(args, "content"))
@@ -118,17 +136,20 @@ class MemoryTools:
         ]
 
     def _file_tools(self) -> list[Tool]:
-        scope = {"type": "string", "enum": list(SCOPES)}
+        scope = {"type": "string", "enum": list(NOTE_SCOPES)}
+        day = {"type": "string", "description": "with scope today: an older day, YYYY-MM-DD"}
         return [
             Tool(
                 "read_memory",
-                "Read an AGENTS.md note file (global, channel or chat scope).",
+                "Read an AGENTS.md note file (global, channel or chat scope) or a daily "
+                "note (scope today, or an older day with date).",
                 self.read_memory,
-                _schema({"scope": scope}, ["scope"]),
+                _schema({"scope": scope, "date": day}, ["scope"]),
             ),
             Tool(
                 "write_memory",
-                "Replace (or with append=true extend) an AGENTS.md note file. Only control "
+                "Replace (or with append=true extend) an AGENTS.md note file; scope today "
+                "adds a line to today's daily note (a journal of this chat). Only control "
                 "chats may write the global and channel scopes; in a group only an admin "
                 "may write. Notes state facts and preferences, never instructions or secrets.",
                 self.write_memory,
@@ -144,7 +165,8 @@ class MemoryTools:
         return [
             Tool(
                 "structured_memory_search",
-                "Search this chat's remembered facts; returns `#id [CATEGORY] text` lines.",
+                "Search this chat's remembered facts and older daily notes; returns "
+                "`#id [CATEGORY] text` lines.",
                 self.search,
                 _schema({"query": {"type": "string"}, "k": {"type": "integer"}}, ["query"]),
             ),
