@@ -81,6 +81,9 @@ class TurnContext:
     inbound: Inbound
     is_control_chat: bool = False
     user_message_id: int = 0  # 0 until the message is stored (commands are not stored)
+    # The context items the reply cited (`[s12]` markers, `core.turn.citations`), for
+    # `after_turn`: strategy ids.
+    cited: tuple[int, ...] = ()
 
     @property
     def query(self) -> str:

@@ -46,6 +46,7 @@ from core.storage.store import (
 from core.text import cap_reply, clean_text, strip_think
 from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
+from core.turn.citations import split_citations
 from core.turn.extensions import Extensions
 from core.turn.loop_guard import RepeatGuard
 
@@ -137,10 +138,13 @@ class Agent:
             logger.warning("turn failed for chat %s: %s", chat.key, exc)
             error = self._reply(inbound, user_facing_error(exc), is_error=True)
             return self.finish(message, lease, [], error)
+        text, cited = split_citations(text)
+        if cited:
+            entries[-1] = entries[-1] | {"content": text}
         reply = self.finish(message, lease, [_to_new_message(entry) for entry in entries],
                             self._reply(inbound, text))  # fmt: skip
         try:
-            await self.extensions.after_turn(turn)
+            await self.extensions.after_turn(replace(turn, cited=cited))
         except Exception:  # the reply is recorded: a hook's failure must not cost it
             logger.exception("after_turn failed in %s", chat.key)
         return reply
