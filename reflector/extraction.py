@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from core.errors import ReplyInvalid
 from core.storage.store import StoredMessage
 from core.text import clip_middle, strip_think, whole_number
+from reflector.key_items import key_items
 
 MESSAGE_MAX_CHARS = 1_500
 MESSAGE_MIN_CHARS = 200  # a message alone in a small window is clipped, but not below this
@@ -115,6 +116,14 @@ class _Reply(BaseModel):
     memories: list[Any]
 
 
+def transcript_text(message: StoredMessage) -> str:
+    """What the transcript shows of a message: its text without reasoning, or for a tool
+    result only its key items."""
+    if message.role in ("user", "assistant"):
+        return strip_think(message.content)
+    return key_items(message.content) if message.role == "tool" else ""
+
+
 def render_transcript(
     messages: Sequence[StoredMessage],
     max_chars: int = TRANSCRIPT_MAX_CHARS,
@@ -122,7 +131,9 @@ def render_transcript(
 ) -> Transcript | None:
     """`[sender]: text` lines, oldest first, within `max_chars`; None if no message.
 
-    Tool messages and empty texts are skipped but still covered by the returned last id.
+    A tool message shows only its key items (errors, file paths, decisions:
+    `reflector.key_items`), so what a compaction would summarise away reaches memory;
+    one without any, and empty texts, are skipped but still covered by the returned last id.
     The first message with text is always included, clipped to fit `max_chars` if need be
     (never below `MESSAGE_MIN_CHARS`), so a pass always makes progress; a later message
     that does not fit waits for the next batch, where it comes first.
@@ -134,10 +145,11 @@ def render_transcript(
     count = 0
     clipped = 0
     for message in messages:
-        text = strip_think(message.content) if message.role in ("user", "assistant") else ""
+        text = transcript_text(message)
         line = ""
         if text:
-            prefix = f"[{message.sender or message.role}]: "
+            who = "tool result key items" if message.role == "tool" else message.role
+            prefix = f"[{message.sender or who}]: "
             limit = message_chars if lines else min(message_chars, max_chars - len(prefix))
             body = clip_middle(text, max(MESSAGE_MIN_CHARS, limit))
             line = prefix + body
