@@ -73,7 +73,7 @@ class StrategyExtension(Extension):
             return []
         reason = f"{len(promoted)} PROMOTED strategies (found helpful more than harmful)"
         section = ContextSection(SECTION_KEY, "strategies", text, SECTION_PRIORITY)
-        return [replace(section, scope="chat and global", reason=reason)]
+        return [replace(section, scope="chat", reason=reason)]
 
     async def after_turn(self, turn: TurnContext) -> None:
         """The strategies the reply cited (of those it was shown) are in use; the citation

@@ -67,7 +67,12 @@ class StrategyStore(Protocol):
         """Strategies of a chat (and global ones), best net score first."""
         ...
 
-    def promoted(self, chat_id: int) -> list[Strategy]: ...
+    def promoted(self, chat_id: int) -> list[Strategy]:
+        """The chat's own PROMOTED strategies: what a request injects. Learned strategies
+        have no global scope: they describe what works with the people of one chat, and
+        guidance for every chat belongs in the global AGENTS.md (written from a control
+        chat). Rows with no chat from older versions are listed, never injected."""
+        ...
 
     def add(
         self, chat_id: int | None, section: str, content: str, run_id: int | None = None

@@ -82,7 +82,8 @@ class DatabaseStrategyStore:
         return sorted(found, key=lambda s: (-s.scores.net, s.id))
 
     def promoted(self, chat_id: int) -> list[Strategy]:
-        return self.for_chat(chat_id, states=[PROMOTED])
+        # The chat's own only: learned strategies have no global scope (docs/context.md).
+        return self.for_chat(chat_id, states=[PROMOTED], include_global=False)
 
     def add(
         self, chat_id: int | None, section: str, content: str, run_id: int | None = None
@@ -171,7 +172,7 @@ class DatabaseStrategyStore:
         rows = self.db.read(
             "SELECT e.strategy_id, e.kind, e.delta FROM strategy_events e"
             " JOIN strategies s ON s.id = e.strategy_id"
-            " WHERE (s.chat_id = ? OR s.chat_id IS NULL) AND e.kind IN ('CITED', 'JUDGED')"
+            " WHERE s.chat_id = ? AND e.kind IN ('CITED', 'JUDGED')"
             " ORDER BY e.id",
             (chat_id,),
         )

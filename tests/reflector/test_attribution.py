@@ -62,3 +62,17 @@ async def test_the_reflector_sees_the_last_three_verdicts(
     block = existing_block(store, chat.id)
     assert f"[id={strategy}] (DEMOTED, last: harmful, neutral, harmful) tone:" in block
     assert "helpful" not in block.split("\n")[0]  # older verdicts are out of the window
+
+
+async def test_strategies_have_no_global_scope(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """A row with no chat (older versions could hold one) is never injected: what works with
+    one chat's people does not carry to another's; global guidance is the global AGENTS.md."""
+    store = DatabaseStrategyStore(runtime.storage.database)
+    legacy = store.add(None, "tone", "Answers in Spanish land better with this user")
+    store.tag(legacy, "helpful")
+    store.tag(legacy, "helpful")
+    fake_llm.add(FakeReply("ok"))
+    await runtime.agent.handle(Inbound("terminal", "elsewhere", "hello"))
+    assert "Spanish" not in str(fake_llm.requests[-1]["messages"])
