@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 MAX_LINE_CHARS = 160
+SCAN_CHARS = 50_000
 MAX_ERRORS = 3
 MAX_PATHS = 8
 MAX_DECISIONS = 3
@@ -23,8 +24,8 @@ _DECISION = re.compile(
     re.IGNORECASE,
 )
 _PATH = re.compile(
-    r"(?<![\w/])(?:~|\.{1,2})?/?(?:[\w.-]+/)+[\w.-]+"
-    r"|\b[\w-]+\.(?:py|md|json|toml|ya?ml|txt|csv|js|ts|sh|sql|log|cfg|ini|conf)\b"
+    r"(?<![\w./~-])(?:~|\.{1,2})?/?(?:[\w.-]++/)++[\w.-]+"
+    r"|(?<![\w-])[\w-]+\.(?:py|md|json|toml|ya?ml|txt|csv|js|ts|sh|sql|log|cfg|ini|conf)\b"
 )
 
 
@@ -40,7 +41,9 @@ def _lines(text: str, pattern: re.Pattern[str], limit: int) -> list[str]:
 
 
 def key_items(text: str) -> str:
-    """`error: …; paths: …; decision: …` for a tool result ("" when it holds none)."""
+    """`error: …; paths: …; decision: …` for a tool result ("" when it holds none); only
+    its first `SCAN_CHARS` are read."""
+    text = text[:SCAN_CHARS]
     errors = _lines(text, _ERROR, MAX_ERRORS)
     decisions = _lines(text, _DECISION, MAX_DECISIONS)
     paths = list(dict.fromkeys(match.rstrip(".") for match in _PATH.findall(text)))[:MAX_PATHS]

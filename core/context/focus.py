@@ -15,9 +15,10 @@ from dataclasses import dataclass, replace
 from core.api import ContextSection
 
 MAX_BOOST = 12
+FOCUS_CHARS = 2_000  # of the newest message (its end: where a long paste's question is)
 NAME_POINTS = 6  # a name or a path the message gives
 WORD_POINTS = 4  # a plan word (deploy, invoice, migrate, …)
-_PATH = re.compile(r"(?:[\w.-]+/)+[\w.-]+|\b[\w-]+\.[a-z]{1,5}\b")
+_PATH = re.compile(r"(?<![\w./-])(?:[\w.-]++/)++[\w.-]+|(?<![\w-])[\w-]+\.[a-z]{1,5}\b")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][\w-]{2,}")
 _WORD = re.compile(r"[a-z][a-z0-9-]{4,}")
 STOPWORDS = frozenset(
@@ -66,7 +67,7 @@ def focus_boost(text: str, terms: FocusTerms) -> tuple[int, list[str]]:
 def focus_sections(sections: Sequence[ContextSection], message: str) -> list[ContextSection]:
     """`sections` with their priorities raised by the request focus of `message`; each
     boosted one says why in its `reason`."""
-    terms = focus_terms(message)
+    terms = focus_terms(message[-FOCUS_CHARS:])
     if terms.empty:
         return list(sections)
     focused: list[ContextSection] = []
