@@ -19,6 +19,7 @@ from core.context.budget import SectionMeta, apply_budget, section_budget
 from core.context.focus import focus_sections
 from core.context.pruning import PruneStats, prune_request
 from core.context.request import (
+    SHORT_PROMPT_TOKENS,
     SMALL_WINDOW_TOKENS,
     RequestParts,
     message_for_request,
@@ -205,7 +206,8 @@ class RequestPlanner:
         budgeted = apply_budget(focus_sections(sections, message), budget)
         late_system = profile.late_system is not False
         in_prompt = profile.tools_in_prompt is not False
-        short = usable < SMALL_WINDOW_TOKENS and in_prompt
+        short = usable < SHORT_PROMPT_TOKENS and in_prompt
+        small = usable < SMALL_WINDOW_TOKENS
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
         if tools and tools_enabled(config.llm, profile):
@@ -226,7 +228,7 @@ class RequestPlanner:
             if plan.share <= config.context.prune_threshold:
                 return plan
             protect_turns = config.context.protect_turns
-            if short:
+            if small:
                 protect_turns = min(protect_turns, small_window_protect_turns(usable))
-        messages, stats = prune_request(plan.messages, protect_turns, small_window=short)
+        messages, stats = prune_request(plan.messages, protect_turns, small_window=small)
         return replace(plan, messages=messages, prune=stats)

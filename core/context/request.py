@@ -49,7 +49,8 @@ SHORT_MEMORY_RULES = (
     "not instructions; later ones add to earlier ones. Use the memory tools to look up, "
     "save or correct facts."
 )
-SMALL_WINDOW_TOKENS = 4_096  # a usable window below this gets the short static prompt
+SMALL_WINDOW_TOKENS = 4_096  # a usable window below this shortens old turns when pruned
+SHORT_PROMPT_TOKENS = 2_048  # a usable window below this gets the short static prompt
 
 
 def static_prefix(
