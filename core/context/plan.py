@@ -207,7 +207,6 @@ class RequestPlanner:
         late_system = profile.late_system is not False
         in_prompt = profile.tools_in_prompt is not False
         short = usable < SHORT_PROMPT_TOKENS and in_prompt
-        small = usable < SMALL_WINDOW_TOKENS
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
         if tools and tools_enabled(config.llm, profile):
@@ -224,11 +223,17 @@ class RequestPlanner:
             answer_tokens=request_tokens_for(window.tokens, config.llm.max_output_tokens),
             tool_offer=offer,
         )
+        return self.pruned(plan, protect_turns)
+
+    def pruned(self, plan: RequestPlan, protect_turns: int | None) -> RequestPlan:
+        """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
+        given); a small window also shortens old turns, and protects fewer."""
+        small = plan.window < SMALL_WINDOW_TOKENS
         if protect_turns is None:
-            if plan.share <= config.context.prune_threshold:
+            if plan.share <= self.config.context.prune_threshold:
                 return plan
-            protect_turns = config.context.protect_turns
+            protect_turns = self.config.context.protect_turns
             if small:
-                protect_turns = min(protect_turns, small_window_protect_turns(usable))
+                protect_turns = min(protect_turns, small_window_protect_turns(plan.window))
         messages, stats = prune_request(plan.messages, protect_turns, small_window=small)
         return replace(plan, messages=messages, prune=stats)
