@@ -85,6 +85,9 @@ class TurnContext:
     is_control_chat: bool = False
     user_message_id: int = 0  # 0 until the message is stored (commands are not stored)
     tool_call_id: str = ""  # inside a tool call: the model's id of that call
+    # The context items the reply cited (`[s12]` markers, `core.turn.citations`), for
+    # `after_turn`: strategy ids.
+    cited: tuple[int, ...] = ()
 
     @property
     def query(self) -> str:
@@ -135,6 +138,10 @@ class ContextSection:
     text: str
     priority: int = 50
     protected: bool = False
+    # Evidence shown by `/context KEY`: the scope it comes from (chat, channel, global, …)
+    # and why it was included (ranking, state, request focus).
+    scope: str = ""
+    reason: str = ""
 
 
 ToolFunction = Callable[[TurnContext, dict[str, Any]], Awaitable[str]]
@@ -155,6 +162,9 @@ class Tool:
     parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
     read_only: bool = False
     reads_memory: bool = False
+    # Offered on every request, even when a small window offers only the likely tools
+    # (`core.context.tool_offer`): the memory tools.
+    essential: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {

@@ -185,6 +185,12 @@ class ContextConfig(Section):
     tool_result_max_chars: int = Field(default=16_000, ge=500)
     dynamic_total_max_chars: int | None = Field(default=None, ge=1000)
     dynamic_section_max_chars: int | None = Field(default=None, ge=1000)
+    # Tool schemas' own budget, a share of the usable window (`core.context.tool_offer`).
+    tools_share: float = Field(default=0.2, gt=0, le=1)
+    # Stored big tool results expire per chat: past this age, and oldest first past this
+    # total size (`core.tools.results`); 0 keeps them until the chat is deleted.
+    tool_result_max_age_days: int = Field(default=30, ge=0)
+    tool_result_max_total_chars: int = Field(default=20_000_000, ge=0)
 
 
 class TerminalConfig(Section):

@@ -27,6 +27,7 @@ from memory.chat_data import (
     forget_memory,
     memory_counts,
 )
+from memory.daily_notes import DailyNotes, today
 from memory.explicit import parse_explicit
 from memory.files import FileMemory
 from memory.injection import max_injectable, memories_section, memory_cost, select_within_budget
@@ -123,6 +124,10 @@ class MemoryExtension(Extension):
             memory.file_total_max_chars,
         )
         spent = 0.0
+        chat = turn.chat
+        daily = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id).section(today())
+        if daily is not None:
+            sections.append(daily)
         if memory.token_budget > 0:
             limit = max_injectable(memory.token_budget)
             ranked = await self.backend.rank(turn.chat, turn.query, limit)

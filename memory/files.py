@@ -96,6 +96,8 @@ class FileMemory:
                 source=where.label,
                 text=text,
                 priority=SCOPE_PRIORITY[where.scope],
+                scope=where.scope,
+                reason=f"the {where.scope} AGENTS.md: notes are always included",
             )
             for (where, _), text in zip(texts, budgeted, strict=True)
             if text.strip()

@@ -53,4 +53,11 @@ def memories_section(
         return None
     chosen = select_within_budget(ranked, token_budget)
     text = render_memories(chosen, total - len(chosen))
-    return ContextSection(SECTION_KEY, "structured memories", text, priority=SECTION_PRIORITY)
+    reason = (
+        f"the {len(chosen)} of {total} memories ranked best against the newest message"
+        f" that fit {token_budget} tokens"
+    )
+    return ContextSection(
+        SECTION_KEY, "structured memories", text, SECTION_PRIORITY, scope="chat and global",
+        reason=reason,
+    )  # fmt: skip

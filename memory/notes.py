@@ -8,6 +8,7 @@ Notes reach every later request of their scope, so a write is held to more than 
 - the text passes the gate's content test (`memory.quality.refused_content`: no
   instruction to the assistant, no secret, hidden characters seen through) and is stored
   without hidden characters;
+- a write to scope `today` is appended to the chat's daily note under the same rules;
 - every change, and every refused attempt, is logged (`NoteChange`) with the sender, the
   message that asked and the time; the dashboard shows the log on the chat's notes page.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from core.api import TurnContext
 from core.errors import ToolError
+from memory.daily_notes import DailyNotes, today
 from memory.files import FileMemory
 from memory.hidden_text import visible_text
 from memory.keeper import Access, MemoryKeeper, refusal_text
@@ -25,6 +27,7 @@ from memory.quality import refused_content
 from memory.store import NoteChange
 
 EXCERPT_CHARS = 200
+TODAY = "today"  # the scope of the daily note (`memory.daily_notes`)
 GROUP_REFUSAL = (
     "in a group only an admin or the bot's owner may change the notes (AGENTS.md);"
     " nothing was saved. Ask an admin, or ask me to remember a fact about you instead"
@@ -74,7 +77,7 @@ def note_change(
 
 def refusal(access: Access, write: NoteWrite) -> str | None:
     """Why this sender may not make this write, or None when they may."""
-    if write.scope != "chat" and not access.control:
+    if write.scope not in ("chat", TODAY) and not access.control:
         return f"only a control chat may write the {write.scope} AGENTS.md"
     if access.group and not access.admin:
         return GROUP_REFUSAL
@@ -93,6 +96,8 @@ def write_notes(keeper: MemoryKeeper, turn: TurnContext, write: NoteWrite) -> st
         raise ToolError(why)
     content = visible_text(write.content)
     files, chat = keeper.files, access.chat
+    if write.scope == TODAY:
+        return _write_today(keeper, turn, access, content)
     if write.append:
         old = files.read(write.scope, chat.channel, chat.external_chat_id).rstrip("\n")
         content = f"{old}\n{content}" if old else content
@@ -103,6 +108,22 @@ def write_notes(keeper: MemoryKeeper, turn: TurnContext, write: NoteWrite) -> st
     )
     keeper.store.record_note_change(change)
     return f"saved the {write.scope} AGENTS.md ({len(content)} chars)"
+
+
+def _write_today(keeper: MemoryKeeper, turn: TurnContext, access: Access, text: str) -> str:
+    """Append `text` to today's daily note of the chat (a journal: never replaced)."""
+    chat = access.chat
+    if not text.strip():
+        raise ToolError("`content` must say what to add to today's note")
+    day = today()
+    try:
+        length = DailyNotes(keeper.files, chat.channel, chat.external_chat_id).append(day, text)
+    except ValueError as exc:
+        raise ToolError(str(exc)) from exc
+    excerpt = text.strip()[:EXCERPT_CHARS]
+    change = note_change(access, turn, TODAY, "append", chars_after=length, excerpt=excerpt)
+    keeper.store.record_note_change(change)
+    return f"added to today's note ({day.isoformat()}.md, {length} chars)"
 
 
 def _save(files: FileMemory, access: Access, scope: str, content: str) -> None:

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from core.api import Tool, TurnContext
 from core.errors import InputError, ToolError
 from core.text import whole_number
 from memory.backend import LocalBackend, MemoryBackend
+from memory.daily_notes import DailyNotes, parse_day, today
 from memory.files import SCOPES
 from memory.keeper import MemoryKeeper
-from memory.notes import NoteWrite, write_notes
+from memory.notes import TODAY, NoteWrite, write_notes
 from memory.store import CATEGORIES, MAX_ID_DIGITS_READ, check_memory_id
 
 MAX_SEARCH_K = 50
+ESSENTIAL_TOOLS = (
+    "read_memory",
+    "write_memory",
+    "structured_memory_search",
+    "structured_memory_add",
+)
 
 
 def text_arg(args: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -41,10 +49,13 @@ def memory_id_arg(args: dict[str, Any]) -> int:
         raise ToolError(str(exc)) from exc
 
 
+NOTE_SCOPES = (*SCOPES, TODAY)
+
+
 def scope_arg(args: dict[str, Any]) -> str:
     scope = text_arg(args, "scope").strip().lower()
-    if scope not in SCOPES:
-        raise ToolError(f"`scope` must be one of {', '.join(SCOPES)}")
+    if scope not in NOTE_SCOPES:
+        raise ToolError(f"`scope` must be one of {', '.join(NOTE_SCOPES)}")
     return scope
 
 
@@ -55,8 +66,20 @@ class MemoryTools:
 
     async def read_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         scope = scope_arg(args)
+        if scope == TODAY:
+            return self.read_day(turn, text_arg(args, "date", required=False))
         text = self.keeper.files.read(scope, turn.chat.channel, turn.chat.external_chat_id)
         return text or f"(the {scope} AGENTS.md is empty)"
+
+    def read_day(self, turn: TurnContext, day_text: str) -> str:
+        """One daily note of the chat: today's, or the day `day_text` names (YYYY-MM-DD)."""
+        try:
+            day = parse_day(day_text) if day_text.strip() else today()
+        except ValueError as exc:
+            raise ToolError(str(exc)) from exc
+        chat = turn.chat
+        notes = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id)
+        return notes.read(day) or f"(no daily note for {day.isoformat()})"
 
     async def write_memory(self, turn: TurnContext, args: dict[str, Any]) -> str:
         write = NoteWrite(
@@ -68,14 +91,16 @@ class MemoryTools:
         query = text_arg(args, "query")
         k = min(max(int_arg(args, "k", 5), 1), MAX_SEARCH_K)
         ranked = await self.backend.rank(turn.chat, query, k)
-        if not ranked:
-            return "no matching memories"
-        return "\n".join(
+        lines = [
             (f"#{item.memory.id} " if item.memory.id else "")  # 0: the memory server's own row
             + item.memory.line()
             + (" (global)" if item.memory.chat_id is None else "")
             for item in ranked
-        )
+        ]
+        chat = turn.chat
+        days = DailyNotes(self.keeper.files, chat.channel, chat.external_chat_id)
+        lines += [f"daily note {hit}" for hit in days.search(query, today())]
+        return "\n".join(lines) or "no matching memories"
 
     async def add(self, turn: TurnContext, args: dict[str, Any]) -> str:
         content = self.keeper.checked_not_forgotten(turn.chat.id, text_arg(args, "content"))
@@ -107,22 +132,31 @@ class MemoryTools:
         return f"deleted memory #{memory.id}"
 
     def tools(self) -> list[Tool]:
-        return self._file_tools() + self._structured_tools()
+        """The memory tools; those that look up and save are essential (a small window
+        still offers them), correcting and forgetting a fact are offered when the message
+        asks for it (`core.context.tool_offer`)."""
+        return [
+            replace(tool, essential=tool.name in ESSENTIAL_TOOLS)
+            for tool in self._file_tools() + self._structured_tools()
+        ]
 
     def _file_tools(self) -> list[Tool]:
-        scope = {"type": "string", "enum": list(SCOPES)}
+        scope = {"type": "string", "enum": list(NOTE_SCOPES)}
+        day = {"type": "string", "description": "with scope today: an older day, YYYY-MM-DD"}
         return [
             Tool(
                 "read_memory",
-                "Read an AGENTS.md note file (global, channel or chat scope).",
+                "Read an AGENTS.md note file (global, channel or chat scope) or a daily "
+                "note (scope today, or an older day with date).",
                 self.read_memory,
-                _schema({"scope": scope}, ["scope"]),
+                _schema({"scope": scope, "date": day}, ["scope"]),
                 read_only=True,
                 reads_memory=True,
             ),
             Tool(
                 "write_memory",
-                "Replace (or with append=true extend) an AGENTS.md note file. Only control "
+                "Replace (or with append=true extend) an AGENTS.md note file; scope today "
+                "adds a line to today's daily note (a journal of this chat). Only control "
                 "chats may write the global and channel scopes; in a group only an admin "
                 "may write. Notes state facts and preferences, never instructions or secrets.",
                 self.write_memory,
@@ -138,7 +172,8 @@ class MemoryTools:
         return [
             Tool(
                 "structured_memory_search",
-                "Search this chat's remembered facts; returns `#id [CATEGORY] text` lines.",
+                "Search this chat's remembered facts and older daily notes; returns "
+                "`#id [CATEGORY] text` lines.",
                 self.search,
                 _schema({"query": {"type": "string"}, "k": {"type": "integer"}}, ["query"]),
                 read_only=True,
@@ -158,13 +193,13 @@ class MemoryTools:
             ),
             Tool(
                 "structured_memory_update",
-                "Correct a remembered fact by id.",
+                "Correct (update, fix) a wrong remembered fact by id.",
                 self.update,
                 _schema({"id": memory_id, "content": {"type": "string"}}, ["id", "content"]),
             ),
             Tool(
                 "structured_memory_delete",
-                "Forget a remembered fact by id.",
+                "Forget (delete, remove) a remembered fact by id.",
                 self.delete,
                 _schema({"id": memory_id}, ["id"]),
             ),

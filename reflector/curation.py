@@ -7,6 +7,13 @@ The model answers, next to its facts, a list `"strategies"` of operations:
   {"op": "REMOVE", "id": N}
 Each is validated (ids of this chat only, sizes, the facts' quality gate) before it is
 applied; an ADD close to an existing bullet (Jaccard ≥ 0.5) becomes a helpful TAG of it.
+
+Attribution (ACE): the assistant cites the injected (PROMOTED) strategies it applied
+(`[s12]`), and only those may be tagged helpful or harmful: a TAG of a PROMOTED strategy
+no reply cited since the last pass is rejected, so the counters measure use, not exposure.
+SHADOW strategies are never injected; the reflector judges them by observation.
+Reflection window (ACE): the prompt shows each strategy's last `WINDOW` verdicts, not its
+whole history.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from memory.hidden_text import visible_text
 from memory.quality import check_fact
-from memory.strategies.lifecycle import ARCHIVED
+from memory.strategies.lifecycle import ARCHIVED, PROMOTED
 from memory.strategies.store import Strategy, StrategyStore
 from memory.terms import jaccard
 
@@ -30,12 +37,15 @@ MERGE_JACCARD = 0.5
 MAX_SECTION_CHARS = 40
 MAX_OPS_PER_PASS = 20
 LISTED_STRATEGIES = 50
+WINDOW = 3  # verdicts per strategy the reflector sees
 
 INSTRUCTIONS = """\
 Also curate a playbook of strategies: what works when serving this user (tone, language,
 format, checks to make first). Judge from how the user reacted in the new messages:
 thanks or follow-through count as helpful, corrections, complaints or repeated requests as
-harmful. Put operations in "strategies" (an empty list when nothing applies):
+harmful. Tag a PROMOTED strategy helpful or harmful only when it is listed under "Cited"
+(the assistant applied it); SHADOW ones are judged by what you observe. Put operations
+in "strategies" (an empty list when nothing applies):
   {"op": "ADD", "section": "<short topic>", "content": "<observation, 8-240 chars>"}
   {"op": "TAG", "id": <id>, "tag": "helpful" | "harmful" | "neutral"}
   {"op": "UPDATE", "id": <id>, "content": "<better wording>"}
@@ -128,28 +138,41 @@ def parse_operations(raw: Any) -> tuple[list[Operation], int]:
 
 
 def existing_block(store: StrategyStore, chat_id: int) -> str:
-    """The chat's own strategies as the prompt lists them: `[id=N] (STATE, h/k) section: text`."""
+    """The chat's own strategies as the prompt lists them, each with its last `WINDOW`
+    verdicts (`[id=N] (STATE, last: helpful, harmful) section: text`), then the ids the
+    assistant cited since the last pass."""
     own = [s for s in store.for_chat(chat_id, include_global=False) if s.state != ARCHIVED]
-    lines = [
-        f"[id={s.id}] ({s.state}, helpful={round(s.scores.helpful)}, "
-        f"harmful={round(s.scores.harmful)}) {s.section}: {s.content}"
-        for s in own[:LISTED_STRATEGIES]
-    ]
-    return "\n".join(lines) or "(none yet)"
+    lines = []
+    for strategy in own[:LISTED_STRATEGIES]:
+        verdicts = ", ".join(store.recent_tags(strategy.id, WINDOW)) or "none yet"
+        lines.append(
+            f"[id={strategy.id}] ({strategy.state}, last: {verdicts})"
+            f" {strategy.section}: {strategy.content}"
+        )
+    cited = sorted(store.pending_citations(chat_id))
+    listing = "\n".join(lines) or "(none yet)"
+    return f"{listing}\nCited: {', '.join(f'[id={i}]' for i in cited) or 'none'}"
 
 
 def apply_operations(
-    store: StrategyStore, chat_id: int, operations: Sequence[Operation], run_id: int | None
+    store: StrategyStore,
+    chat_id: int,
+    operations: Sequence[Operation],
+    run_id: int | None,
+    cited: set[int] | None = None,
 ) -> CurationTally:
-    """Apply validated operations for one chat (inside the caller's transaction)."""
+    """Apply validated operations for one chat (inside the caller's transaction). With
+    `cited`, a helpful or harmful TAG of a strategy outside it is rejected."""
     tally = CurationTally()
     for operation in operations:
         if isinstance(operation, _Add):
-            _add(store, chat_id, operation, run_id, tally)
+            _add(store, chat_id, operation, run_id, tally, cited)
             continue
         target = store.get(operation.id)
         if target is None or target.chat_id != chat_id or target.state == ARCHIVED:
             tally.reject(f"{operation.op} of unknown id {operation.id}")
+        elif isinstance(operation, _Tag) and uncited(operation, target, cited):
+            tally.reject(f"TAG {operation.tag} of {operation.id}: not cited by the assistant")
         elif isinstance(operation, _Tag):
             store.tag(target.id, operation.tag, run_id)
             tally.tagged += 1
@@ -166,8 +189,21 @@ def apply_operations(
     return tally
 
 
+def uncited(operation: _Tag, target: Strategy, cited: set[int] | None) -> bool:
+    """Whether a helpful or harmful TAG names an injected (PROMOTED) strategy the assistant
+    did not cite. SHADOW strategies are never injected: they are judged by observation."""
+    if cited is None or operation.tag == "neutral" or target.state != PROMOTED:
+        return False
+    return operation.id not in cited
+
+
 def _add(
-    store: StrategyStore, chat_id: int, operation: _Add, run_id: int | None, tally: CurationTally
+    store: StrategyStore,
+    chat_id: int,
+    operation: _Add,
+    run_id: int | None,
+    tally: CurationTally,
+    cited: set[int] | None = None,
 ) -> None:
     verdict = check_fact(operation.content)
     if not verdict.accepted:
@@ -176,7 +212,8 @@ def _add(
     section = " ".join(visible_text(operation.section).split())[:MAX_SECTION_CHARS] or "general"
     near = _near(store.for_chat(chat_id, include_global=False), verdict.content)
     if near is not None:
-        store.tag(near.id, "helpful", run_id)
+        if cited is None or near.state != PROMOTED or near.id in cited:  # see `uncited`
+            store.tag(near.id, "helpful", run_id)
         tally.merged += 1
         return
     store.add(chat_id, section, verdict.content, run_id)

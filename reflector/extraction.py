@@ -22,6 +22,7 @@ from core.errors import ReplyInvalid
 from core.storage.store import StoredMessage
 from core.text import clip_middle, strip_think, whole_number
 from reflector.dates import DATE_RULE, UTC, day_header, first_day_note, message_day
+from reflector.key_items import key_items
 
 MESSAGE_MAX_CHARS = 1_500
 MESSAGE_MIN_CHARS = 200  # a message alone in a small window is clipped, but not below this
@@ -123,6 +124,14 @@ class _Reply(BaseModel):
     memories: list[Any]
 
 
+def transcript_text(message: StoredMessage) -> str:
+    """What the transcript shows of a message: its text without reasoning, or for a tool
+    result only its key items."""
+    if message.role in ("user", "assistant"):
+        return strip_think(message.content)
+    return key_items(message.content) if message.role == "tool" else ""
+
+
 def render_transcript(
     messages: Sequence[StoredMessage],
     max_chars: int = TRANSCRIPT_MAX_CHARS,
@@ -131,7 +140,9 @@ def render_transcript(
 ) -> Transcript | None:
     """`[sender]: text` lines, oldest first, within `max_chars`; None if no message.
 
-    Tool messages and empty texts are skipped but still covered by the returned last id.
+    A tool message shows only its key items (errors, file paths, decisions:
+    `reflector.key_items`), so what a compaction would summarise away reaches memory;
+    one without any, and empty texts, are skipped but still covered by the returned last id.
     The first message with text is always included, clipped to fit `max_chars` if need be
     (never below `MESSAGE_MIN_CHARS`), so a pass always makes progress; a later message
     that does not fit waits for the next batch, where it comes first. A `(day: …)` line
@@ -146,11 +157,12 @@ def render_transcript(
     clipped = 0
     days: list[date] = []
     for message in messages:
-        text = strip_think(message.content) if message.role in ("user", "assistant") else ""
+        text = transcript_text(message)
         line = ""
         day = message_day(message, zone) if text else None
         if text:
-            prefix = f"[{message.sender or message.role}]: "
+            who = "tool result key items" if message.role == "tool" else message.role
+            prefix = f"[{message.sender or who}]: "
             if day is not None and days and day != days[-1]:
                 prefix = f"{day_header(day)}\n{prefix}"
             limit = message_chars if lines else min(message_chars, max_chars - len(prefix))

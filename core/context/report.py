@@ -31,9 +31,12 @@ class ContextReport:
     tool_count: int  # tools offered with the request
     tools_tokens: int  # their schemas (0 when the server's template drops them)
     tools_dropped: bool  # the template leaves the schemas out of the prompt
+    tools_compacted: bool  # over their budget: descriptions cut to a sentence
+    tools_left_out: dict[str, str]  # tool name -> why a small window did not offer it
     framing_tokens: int  # the rest of the total: the answer's header, rounding, pruning
     sections: list[SectionMeta]
     total_tokens: int
+    peak_tokens: int  # the largest request of this chat so far, as the server counted it
     pressure: str
     would_prune: bool
     compactions: int
@@ -65,6 +68,16 @@ class ContextReport:
         data["share"] = round(self.share, 4)
         return data
 
+    def tool_lines(self) -> list[str]:
+        """The tool schemas' line, and one per tool a small window left out (and why)."""
+        tools = f"tool schemas: {self.tool_count} tools, ~{self.tools_tokens} tokens"
+        if self.tools_dropped:
+            tools = f"tool schemas: {self.tool_count} tools, dropped by the server's template (0)"
+        if self.tools_compacted:
+            tools += " (descriptions compacted to fit the tool budget)"
+        left_out = [f"  - left out: {name} ({why})" for name, why in self.tools_left_out.items()]
+        return [tools, *left_out]
+
     def render(self) -> str:
         lines = [
             f"Context of {self.chat} (model {self.model})",
@@ -84,21 +97,22 @@ class ContextReport:
                 )
                 if on
             )
+            why = f" [{meta.reason}]" if meta.reason else ""
             lines.append(
                 f"  - {meta.key} ({meta.source}, priority {meta.priority}):"
                 f" {meta.final_chars}/{meta.original_chars} chars{f', {flags}' if flags else ''}"
+                f"{why}"
             )
-        tools = f"tool schemas: {self.tool_count} tools, ~{self.tools_tokens} tokens"
-        if self.tools_dropped:
-            tools = f"tool schemas: {self.tool_count} tools, dropped by the server's template (0)"
         pruned = ", minus pruned tool results" if self.would_prune else ""
         lines += [
-            tools,
+            *self.tool_lines(),
             f"framing: ~{self.framing_tokens} tokens (the answer's turn header, rounding{pruned})",
             f"total: ~{self.total_tokens} of {self.effective_window} tokens"
             f" ({self.share:.0%}, window {self.context_window} from {self.window_source},"
             " minus the answer's reserve),"
             f" pressure {self.pressure}{', old tool results pruned' if self.would_prune else ''}",
+            f"peak: ~{self.peak_tokens} tokens"
+            f" ({self.peak_tokens / self.effective_window:.0%}; the largest request of this chat)",
             f"compactions: {self.compactions}, tokens saved: {self.tokens_saved}",
             f"calibration: {self.chars_per_token:.2f} chars/token after"
             f" {self.calibration_samples} samples"
@@ -111,6 +125,37 @@ class ContextReport:
         if self.window_warning:
             lines.append(f"warning: {self.window_warning}")
         return "\n".join([*lines, *self.notes])
+
+
+PEAK_KIND = "turn"  # the usage kind of chat requests (`core.turn.agent.USAGE_KIND`)
+
+
+def section_detail(
+    planner: RequestPlanner, chat: Chat, sections: Sequence[ContextSection], key: str
+) -> str:
+    """`/context KEY`: one section of the next request in full, with its evidence (source,
+    scope, priority, why it was included, what the budget did to it)."""
+    plan = planner.plan(chat, sections, tools=False)
+    metas = {meta.key: meta for meta in plan.sections}
+    meta = metas.get(key.strip())
+    if meta is None:
+        known = ", ".join(metas) or "none"
+        return f"No section {key.strip()!r} in the next request. Sections: {known}."
+    text = next(section.text for section in sections if section.key == meta.key)
+    state = "dropped by the budget" if not meta.included else "included"
+    if meta.included and meta.truncated:
+        state = f"included, cut to {meta.final_chars} of {meta.original_chars} chars"
+    lines = [
+        f"Section {meta.key}",
+        f"source: {meta.source}",
+        f"scope: {meta.scope or 'chat'}",
+        f"priority: {meta.priority}{' (protected)' if meta.protected else ''}",
+        f"reason: {meta.reason or 'always included when not empty'}",
+        f"budget: {state}",
+        "",
+        text.strip(),
+    ]
+    return "\n".join(lines)
 
 
 def context_report(
@@ -148,9 +193,12 @@ def context_report(
         tool_count=len(plan.tools or []),
         tools_tokens=tools_tokens,
         tools_dropped=bool(plan.tools) and not plan.tools_in_prompt,
+        tools_compacted=bool(plan.tool_offer and plan.tool_offer.compacted),
+        tools_left_out=dict(plan.tool_offer.left_out) if plan.tool_offer else {},
         framing_tokens=plan.tokens - sum(plan.parts.values()) - tools_tokens,
         sections=plan.sections,
         total_tokens=plan.tokens,
+        peak_tokens=store.peak_prompt_tokens(chat.id, PEAK_KIND),
         pressure=plan.pressure,
         would_prune=plan.prune.pruned,
         compactions=max(compactions, store.session(chat.id).compaction_count),

@@ -45,6 +45,7 @@ SUMMARY_PROMPT = (
     "holds, change what changed, add what is new, drop what is finished and irrelevant. "
     "Write 'none' under a heading with nothing to say. Output only the summary."
 )
+LENGTH_RULE = "\nKeep the whole summary under {words} words."
 CONTINUATION_PROMPT = (
     f"{SUMMARY_MARKER} above, so that you can go on without its older messages. "
     "{scope}Write the running summary with exactly these Markdown headings:\n"
@@ -59,6 +60,7 @@ SCOPE_SNIPPET_CHARS = 80
 USAGE_KIND = "compaction"
 SUMMARY_ANSWER_TOKENS = 512  # a summary's own answer budget, above a small max_output_tokens
 ENTRY_MAX_CHARS = 2_000
+SUMMARY_TOKENS_MAX = 1_000
 MIN_SUMMARY_CHARS = 40
 _HEADING_NAMES = {heading.lower(): heading for heading in HEADINGS}
 _HEADING_DECOR = re.compile(r"^\s*(?:#{1,6}\s*)?(?:\d+[.)]\s*)?|[*_:]+|\s*#*\s*$")
@@ -97,17 +99,26 @@ def transcript_entry(message: StoredMessage) -> str:
     return f"[#{message.id}] {who}: {clip_middle(text, ENTRY_MAX_CHARS)}"
 
 
-def summary_request(previous: str | None, part: Sequence[StoredMessage]) -> list[dict[str, Any]]:
+def summary_words(window: int) -> int:
+    """How long a summary may be, in words: a tenth of the window (at most 1,000 tokens),
+    so on a small window the summary leaves room for the conversation."""
+    return max(60, int(min(window // 10, SUMMARY_TOKENS_MAX) * 0.75))
+
+
+def summary_request(
+    previous: str | None, part: Sequence[StoredMessage], words: int = 0
+) -> list[dict[str, Any]]:
+    rule = LENGTH_RULE.format(words=words) if words else ""
     body = "\n\n".join(transcript_entry(message) for message in part)
     earlier = f"Previous summary:\n{previous}\n\n" if previous else "Previous summary: none\n\n"
     return [
-        {"role": "system", "content": SUMMARY_PROMPT},
+        {"role": "system", "content": SUMMARY_PROMPT + rule},
         {"role": "user", "content": f"{earlier}New messages:\n{body}"},
     ]
 
 
 def continuation_request(
-    conversation: Sequence[dict[str, Any]], first_kept: StoredMessage | None
+    conversation: Sequence[dict[str, Any]], first_kept: StoredMessage | None, words: int = 0
 ) -> list[dict[str, Any]]:
     """The chat's own request followed by the summary instruction, so a server that caches
     prompts (llama.cpp, vLLM) evaluates only the instruction, not the conversation again.
@@ -123,6 +134,8 @@ def continuation_request(
             "before it. "
         )
     instruction = CONTINUATION_PROMPT.format(scope=scope)
+    if words:
+        instruction += LENGTH_RULE.format(words=words)
     messages = [dict(message) for message in conversation]
     last = messages[-1] if messages else None
     if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
@@ -137,13 +150,14 @@ def fit_summary_request(
     old: Sequence[StoredMessage],
     estimator: TokenEstimator,
     budget_tokens: int,
+    words: int = 0,
 ) -> tuple[list[dict[str, Any]], int]:
     """The request and how many old messages it covers: drop the oldest half until it fits."""
     part = list(old)
-    messages = summary_request(previous, part)
+    messages = summary_request(previous, part, words)
     while estimator.request(messages) > budget_tokens and len(part) > 1:
         part = part[len(part) // 2 :]
-        messages = summary_request(previous, part)
+        messages = summary_request(previous, part, words)
     return messages, len(part)
 
 
@@ -194,10 +208,12 @@ def usable_summary(text: str, finish_reason: str = "") -> str | None:
 
 @dataclass(frozen=True)
 class SummaryBudget:
-    """What a summary request may use: prompt tokens and answer tokens."""
+    """What a summary request may use: prompt tokens, answer tokens, and how many words
+    the summary should have (it scales with the window)."""
 
     prompt_tokens: int
     answer_tokens: int
+    words: int = 0
 
     @classmethod
     def of(cls, window: int, config: Config) -> SummaryBudget:
@@ -205,7 +221,7 @@ class SummaryBudget:
         `max_output_tokens` cuts every summary), at most a quarter of the window."""
         turn_answer = request_tokens_for(window, config.llm.max_output_tokens)
         answer = max(turn_answer, min(window // 4, SUMMARY_ANSWER_TOKENS))
-        return cls(window - answer, answer)
+        return cls(window - answer, answer, summary_words(window))
 
 
 async def summarise(
@@ -223,10 +239,13 @@ async def summarise(
 
     With `conversation` (the chat's request as just planned) the summary is asked for as
     its continuation when that fits the window, else from a transcript of `old`."""
-    messages = continuation_request(conversation, first_kept) if conversation else []
+    words = budget.words
+    messages = continuation_request(conversation, first_kept, words) if conversation else []
     covered = len(old)
     if not messages or estimator.request(messages) > budget.prompt_tokens:
-        messages, covered = fit_summary_request(previous, old, estimator, budget.prompt_tokens)
+        messages, covered = fit_summary_request(
+            previous, old, estimator, budget.prompt_tokens, words
+        )
     try:
         completion = await complete_recorded(
             llm, store, chat_id, USAGE_KIND, messages, max_tokens=budget.answer_tokens

@@ -242,6 +242,14 @@ class DatabaseSessionStore:
         assert row is not None
         return int(row[0]), int(row[1])
 
+    def peak_prompt_tokens(self, chat_id: int, kind: str) -> int:
+        rows = self.db.read(
+            "SELECT coalesce(max(prompt_tokens), 0) FROM llm_usage"
+            " WHERE chat_id = ? AND kind = ? AND ok = 1",
+            (chat_id, kind),
+        )
+        return int(rows[0][0]) if rows else 0
+
     def compactions(self, chat_id: int) -> list[CompactionRecord]:
         rows = self.db.read(
             f"SELECT {COMPACTION_COLUMNS} FROM compactions WHERE chat_id = ? ORDER BY id",

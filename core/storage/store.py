@@ -189,6 +189,11 @@ class SessionStore(Protocol):
         ...
 
     # -- model usage and calibration
+    def peak_prompt_tokens(self, chat_id: int, kind: str) -> int:
+        """The largest prompt (tokens the server counted) of the chat's `kind` requests;
+        0 when none."""
+        ...
+
     def record_usage(
         self,
         chat_id: int | None,

@@ -56,6 +56,7 @@ from core.storage.store import (
 from core.text import cap_reply, clean_text, strip_think
 from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
+from core.turn.citations import split_citations
 from core.turn.extensions import Extensions
 from core.turn.loop_guard import RepeatGuard
 from core.turn.outgoing import Outgoing
@@ -161,10 +162,13 @@ class Agent:
             error = self._reply(inbound, user_facing_error(exc), is_error=True)
             return self.finish(message, lease, [], error)
         notice = self._notice(turn, media)
+        text, cited = split_citations(text)
+        if cited:
+            entries[-1] = entries[-1] | {"content": text}
         reply = self.finish(message, lease, [_to_new_message(entry) for entry in entries],
                             self._reply(inbound, notice + text))  # fmt: skip
         try:
-            await self.extensions.after_turn(turn)
+            await self.extensions.after_turn(replace(turn, cited=cited))
         except Exception:  # the reply is recorded: a hook's failure must not cost it
             logger.exception("after_turn failed in %s", chat.key)
         return reply
@@ -273,9 +277,13 @@ class Agent:
             f"error: not run: this turn's budget of {self.config.agent.max_tool_calls} tool "
             "calls is spent; answer with what you have"
         )
+        window_chars = self.planner.window_chars()
 
         def keep(call: ToolCall, result: str) -> str:
-            return keep_tool_result(self.config, self.files, turn.chat, call.id, call.name, result)
+            return keep_tool_result(
+                self.config, self.files, turn.chat, call.id, call.name, result,
+                window_chars=window_chars,
+            )  # fmt: skip
 
         allowed = len(calls) if budget is None else budget
         return await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)

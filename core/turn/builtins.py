@@ -18,7 +18,7 @@ from core.clock import utc_now
 from core.config import Config
 from core.context.compaction import Compactor
 from core.context.plan import RequestPlanner
-from core.context.report import context_report
+from core.context.report import context_report, section_detail
 from core.model.profile import load_profile
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
@@ -82,7 +82,7 @@ class CoreExtension(Extension):
             ),
             Command(
                 "context",
-                "show what the next model request holds",
+                "show what the next model request holds (/context KEY: one section in full)",
                 self.context_command,
                 private=True,
             ),
@@ -129,6 +129,9 @@ class CoreExtension(Extension):
         return f"{head}\n\nSummary:\n{result.summary}"
 
     async def context_command(self, turn: TurnContext, args: str) -> str:
+        """/context: the next request's parts; /context KEY: one section in full."""
         sections = await self.extensions.context_sections(turn)
+        if args.strip():
+            return section_detail(self.planner, turn.chat, sections, args)
         notes = self.extensions.report_lines(turn.chat)
         return context_report(self.planner, turn.chat, sections, notes).render()

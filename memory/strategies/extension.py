@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 
 from core.api import Chat, ChatDataSection, Command, ContextSection, Extension, TurnContext
@@ -13,7 +14,8 @@ SECTION_PRIORITY = 40
 STRATEGIES = "learned strategies"
 HEADER = (
     "Learned strategies: what has worked with this user before, as evidence, not orders. "
-    "Apply one when it fits; you may name its [id]."
+    "Apply one when it fits, and end your reply with the marker of each one you applied, "
+    "e.g. [s12] (the markers are removed before the user reads the reply)."
 )
 
 
@@ -69,14 +71,20 @@ class StrategyExtension(Extension):
         text = render_strategies(promoted)
         if not text:
             return []
-        return [ContextSection(SECTION_KEY, "strategies", text, priority=SECTION_PRIORITY)]
+        reason = f"{len(promoted)} PROMOTED strategies (found helpful more than harmful)"
+        section = ContextSection(SECTION_KEY, "strategies", text, SECTION_PRIORITY)
+        return [replace(section, scope="chat", reason=reason)]
 
     async def after_turn(self, turn: TurnContext) -> None:
-        """The PROMOTED strategies reached this turn's requests: they are in use."""
+        """The strategies the reply cited (of those it was shown) are in use; the citation
+        is recorded for the reflector, which judges exactly those (ACE attribution)."""
         shown = self._shown.pop(turn.chat.id, None)
         if shown is None:  # the turn asked for no sections (a command, say): read them
             shown = [strategy.id for strategy in self.store.promoted(turn.chat.id)]
-        self.store.mark_used(shown)
+        cited = [strategy_id for strategy_id in turn.cited if strategy_id in shown]
+        if cited:
+            self.store.mark_used(cited)
+            self.store.cite(cited, turn.chat.id, turn.user_message_id)
 
     def commands(self) -> list[Command]:
         return [Command("strategies", "list learned strategies with their counters", self._list)]

@@ -33,9 +33,10 @@ class Strategy:
     state_changed_at: str
 
     def line(self) -> str:
-        """The injected form: `- [id] text (helpful=H, harmful=K)`."""
+        """The injected form: `- [sID] text (helpful=H, harmful=K)`; the model cites the
+        marker `[sID]` when the strategy shaped its reply (`memory.strategies.citations`)."""
         helpful, harmful = round(self.scores.helpful), round(self.scores.harmful)
-        return f"- [{self.id}] {self.content} (helpful={helpful}, harmful={harmful})"
+        return f"- [s{self.id}] {self.content} (helpful={helpful}, harmful={harmful})"
 
 
 class StrategyEvent(NamedTuple):
@@ -66,7 +67,12 @@ class StrategyStore(Protocol):
         """Strategies of a chat (and global ones), best net score first."""
         ...
 
-    def promoted(self, chat_id: int) -> list[Strategy]: ...
+    def promoted(self, chat_id: int) -> list[Strategy]:
+        """The chat's own PROMOTED strategies: what a request injects. Learned strategies
+        have no global scope: they describe what works with the people of one chat, and
+        guidance for every chat belongs in the global AGENTS.md (written from a control
+        chat). Rows with no chat from older versions are listed, never injected."""
+        ...
 
     def add(
         self, chat_id: int | None, section: str, content: str, run_id: int | None = None
@@ -95,4 +101,20 @@ class StrategyStore(Protocol):
     def forget_chat(self, chat_id: int) -> int:
         """Delete the chat's strategies (archived ones too) and their events; return how
         many strategies went."""
+        ...
+
+    def cite(self, strategy_ids: Sequence[int], chat_id: int, message_id: int) -> None:
+        """Record that the reply to the user message `message_id` cited these strategies."""
+        ...
+
+    def pending_citations(self, chat_id: int) -> set[int]:
+        """Strategies cited in the chat since a reflector pass last judged them."""
+        ...
+
+    def judged(self, strategy_ids: Sequence[int], chat_id: int, run_id: int | None) -> None:
+        """Record that a reflector pass judged the chat's citations of these strategies."""
+        ...
+
+    def recent_tags(self, strategy_id: int, limit: int = 3) -> list[str]:
+        """The last `limit` verdicts (helpful, harmful, neutral) on a strategy, oldest first."""
         ...

@@ -82,7 +82,8 @@ class DatabaseStrategyStore:
         return sorted(found, key=lambda s: (-s.scores.net, s.id))
 
     def promoted(self, chat_id: int) -> list[Strategy]:
-        return self.for_chat(chat_id, states=[PROMOTED])
+        # The chat's own only: learned strategies have no global scope (docs/context.md).
+        return self.for_chat(chat_id, states=[PROMOTED], include_global=False)
 
     def add(
         self, chat_id: int | None, section: str, content: str, run_id: int | None = None
@@ -160,6 +161,43 @@ class DatabaseStrategyStore:
         return [
             StrategyEvent(kind, json.loads(delta), run_id, at) for kind, delta, run_id, at in rows
         ]
+
+    def cite(self, strategy_ids: Sequence[int], chat_id: int, message_id: int) -> None:
+        with self.db.transaction():
+            for strategy_id in sorted(set(strategy_ids)):
+                delta = {"chat_id": chat_id, "message_id": message_id}
+                self._event(strategy_id, "CITED", delta, None)
+
+    def pending_citations(self, chat_id: int) -> set[int]:
+        rows = self.db.read(
+            "SELECT e.strategy_id, e.kind, e.delta FROM strategy_events e"
+            " JOIN strategies s ON s.id = e.strategy_id"
+            " WHERE s.chat_id = ? AND e.kind IN ('CITED', 'JUDGED')"
+            " ORDER BY e.id",
+            (chat_id,),
+        )
+        pending: set[int] = set()
+        for strategy_id, kind, delta in rows:
+            if json.loads(delta).get("chat_id") != chat_id:
+                continue
+            if kind == "CITED":
+                pending.add(int(strategy_id))
+            else:
+                pending.discard(int(strategy_id))
+        return pending
+
+    def judged(self, strategy_ids: Sequence[int], chat_id: int, run_id: int | None) -> None:
+        with self.db.transaction():
+            for strategy_id in sorted(set(strategy_ids)):
+                self._event(strategy_id, "JUDGED", {"chat_id": chat_id}, run_id)
+
+    def recent_tags(self, strategy_id: int, limit: int = 3) -> list[str]:
+        rows = self.db.read(
+            "SELECT delta FROM strategy_events WHERE strategy_id = ? AND kind = 'TAG'"
+            " ORDER BY id DESC LIMIT ?",
+            (strategy_id, limit),
+        )
+        return [next(iter(json.loads(row[0])), "neutral") for row in reversed(rows)]
 
     def forget_chat(self, chat_id: int) -> int:
         with self.db.transaction():

@@ -69,6 +69,6 @@ async def test_a_strategy_earns_its_place_and_reaches_a_request(
     request = fake_llm.requests[-1]["messages"]
     dynamic = request[-2]
     assert dynamic["role"] == "system"
-    assert f"- [{added.id}] {STRATEGY} (helpful=2, harmful=0)" in dynamic["content"]
+    assert f"- [s{added.id}] {STRATEGY} (helpful=2, harmful=0)" in dynamic["content"]
     kinds = [kind for kind, _, run_id, _ in store.events(added.id) if run_id is not None]
     assert kinds == ["ADD", "TAG", "TAG", "STATE"]

@@ -110,9 +110,8 @@ async def test_only_promoted_strategies_reach_a_request(
     request = fake_llm.requests[-1]["messages"]
     dynamic = request[-2]["content"]
     assert request[-2]["role"] == "system"
-    assert (
-        f"- [{promoted}] Numbered steps work better for this user (helpful=2, harmful=0)" in dynamic
-    )
+    line = f"- [s{promoted}] Numbered steps work better for this user (helpful=2, harmful=0)"
+    assert line in dynamic
     assert "Shadow idea" not in str(request) and "Other chat's" not in str(request)
     assert "Learned strategies" not in request[0]["content"]
     reply = await runtime.dispatcher(Inbound("terminal", "s", "/strategies"))
