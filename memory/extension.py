@@ -69,6 +69,7 @@ class MemoryExtension(Extension):
         self.recaller = recaller
         self.window_start = window_start
         self.section_room: Callable[[], int] | None = None  # tokens for dynamic sections
+        self.recall_cap: Callable[[], float] | None = None  # tokens recall may take at most
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
@@ -160,6 +161,8 @@ class MemoryExtension(Extension):
         if self.recaller is None or self.window_start is None or own <= 0:
             return None
         budget = min(own + memories_left, room)
+        if self.recall_cap is not None:
+            budget = min(budget, self.recall_cap())
         hits = self.recaller.recalled(
             turn.chat.id, turn.query, self.window_start(turn.chat.id), budget
         )

@@ -48,6 +48,7 @@ def extension(host: Host) -> Extension:
 
     extension.window_start = window_start
     extension.section_room = partial(dynamic_room, host.config, host.planner)
+    extension.recall_cap = partial(recall_cap, host.config, host.planner)
     return extension
 
 
@@ -75,3 +76,17 @@ def dynamic_room(config: Config, planner: RequestPlanner) -> int:
     usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
     budget = section_budget(config, config.context.chars_per_token, usable)
     return min(budget.total_chars, budget.section_chars) // 4
+
+
+SMALL_USABLE = 4_096  # tokens: below this usable window, recall gets only a small share
+SMALL_RECALL_SHARE = 0.06  # of the usable window (issue 32: the fixed part <= 40% at 2,048)
+
+
+def recall_cap(config: Config, planner: RequestPlanner) -> float:
+    """The most tokens the recalled section may take: no cap of its own on a usable window
+    of `SMALL_USABLE` tokens or more, else `SMALL_RECALL_SHARE` of it, so that on a small
+    window recalled messages do not crowd out the conversation itself."""
+    from core.model.profile import effective_window
+
+    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    return float("inf") if usable >= SMALL_USABLE else usable * SMALL_RECALL_SHARE

@@ -132,6 +132,15 @@ def transcript_text(message: StoredMessage) -> str:
     return key_items(message.content) if message.role == "tool" else ""
 
 
+def _line_prefix(message: StoredMessage, day: date | None, last_day: date | None) -> str:
+    """Who said a transcript line, after a day header when its day is a new one."""
+    who = "tool result key items" if message.role == "tool" else message.role
+    prefix = f"[{message.sender or who}]: "
+    if day is not None and last_day is not None and day != last_day:
+        prefix = f"{day_header(day)}\n{prefix}"
+    return prefix
+
+
 def render_transcript(
     messages: Sequence[StoredMessage],
     max_chars: int = TRANSCRIPT_MAX_CHARS,
@@ -161,10 +170,7 @@ def render_transcript(
         line = ""
         day = message_day(message, zone) if text else None
         if text:
-            who = "tool result key items" if message.role == "tool" else message.role
-            prefix = f"[{message.sender or who}]: "
-            if day is not None and days and day != days[-1]:
-                prefix = f"{day_header(day)}\n{prefix}"
+            prefix = _line_prefix(message, day, days[-1] if days else None)
             limit = message_chars if lines else min(message_chars, max_chars - len(prefix))
             body = clip_middle(text, max(MESSAGE_MIN_CHARS, limit))
             line = prefix + body

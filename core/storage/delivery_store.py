@@ -20,7 +20,8 @@ from core.storage.store import reply_from_row as _stored_reply
 
 _INBOX_COLUMNS = (
     "i.id, i.platform_message_id, i.sender_id, i.sender_name, i.text, i.respond,"
-    " i.message_id, c.id, c.channel, c.external_chat_id, c.title, c.kind, i.sender_is_admin"
+    " i.message_id, c.id, c.channel, c.external_chat_id, c.title, c.kind, i.sender_is_admin,"
+    " i.sent_at"
 )
 _OUTBOX_COLUMNS = "o.id, c.channel, c.external_chat_id, o.text, o.reply_to, o.is_error, o.attempts"
 
@@ -38,10 +39,10 @@ class DatabaseDeliveryStore:
             # ON CONFLICT, not a caught unique violation: that would abort a PostgreSQL
             # caller's transaction. The one unique key is (chat, platform message).
             "INSERT INTO inbox (chat_id, platform_message_id, sender_id, sender_name, text,"
-            " respond, sender_is_admin) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " respond, sender_is_admin, sent_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT DO NOTHING RETURNING id",
             (chat.id, inbound.message_id or None, inbound.sender_id, inbound.sender_name,
-             inbound.text, int(inbound.respond), int(inbound.sender_is_admin)),
+             inbound.text, int(inbound.respond), int(inbound.sender_is_admin), inbound.sent_at),
         )  # fmt: skip
         if row is None:
             return None  # the chat already has this platform message: a replay

@@ -355,7 +355,7 @@ def message_from_row(row: tuple[Any, ...]) -> StoredMessage:
 
 def inbound_from_row(row: tuple[Any, ...]) -> StoredInbound:
     """(inbox id, platform_message_id, sender_id, sender_name, text, respond, message_id,
-    chat id, channel, external_chat_id, title, kind, sender_is_admin)"""
+    chat id, channel, external_chat_id, title, kind, sender_is_admin, sent_at)"""
     chat = Chat(row[7], row[8], row[9], row[10] or "", row[11])
     inbound = Inbound(
         channel=chat.channel,
@@ -368,6 +368,7 @@ def inbound_from_row(row: tuple[Any, ...]) -> StoredInbound:
         respond=bool(row[5]),
         message_id=row[1] or "",
         sender_is_admin=bool(row[12]),
+        sent_at=row[13] or "",
     )
     return StoredInbound(row[0], chat, inbound, row[6] or 0)
 

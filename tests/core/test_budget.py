@@ -80,6 +80,8 @@ def test_sections_too_small_to_be_useful_are_dropped_in_priority_order() -> None
         "final_chars": 0,
         "included": False,
         "truncated": True,
+        "scope": "",
+        "reason": "",
     }
 
 

@@ -40,7 +40,7 @@ async def test_the_window_an_overflow_states_is_learned_and_no_turn_fails(
     server.responder = lambda request: FakeReply("Noted. " + "blah " * 120)
     try:
         for turn in range(12):
-            reply = await runtime.dispatcher(inbound(f"turn {turn}: " + "long words " * 60))
+            reply = await runtime.dispatcher(inbound(f"turn {turn}: " + "long words " * 120))
             assert reply is not None and not reply.is_error, reply
         profile = load_profile(runtime.store, runtime.llm.model)
         assert (profile.window, profile.window_source) == (2048, "overflow error")

@@ -38,7 +38,7 @@ def _tool(name: str, description: str, essential: bool = False) -> Tool:
         },
         "required": ["query"],
     }
-    return Tool(name, description, _nothing, parameters, essential)
+    return Tool(name, description, _nothing, parameters, essential=essential)
 
 
 TOOLS = [

@@ -42,7 +42,11 @@ async def test_context_command_leaves_last_used_alone_and_a_turn_moves_it(
     assert last_used(store, strategy_id) == before
     fake_llm.add(FakeReply("ok"))
     await runtime.dispatcher(Inbound("terminal", "s", "how do I set up the router?"))
-    assert last_used(store, strategy_id) > before  # a real request used it
+    assert last_used(store, strategy_id) == before  # offered, but the reply did not cite it
+    fake_llm.add(FakeReply(f"ok [s{strategy_id}]"))
+    reply = await runtime.dispatcher(Inbound("terminal", "s", "and the firewall?"))
+    assert reply is not None and reply.text == "ok"  # the citation is not shown
+    assert last_used(store, strategy_id) > before  # a reply that cited it used it
 
 
 async def test_inspect_leaves_last_used_alone(
