@@ -78,7 +78,7 @@ def dynamic_room(config: Config, planner: RequestPlanner) -> int:
     return min(budget.total_chars, budget.section_chars) // 4
 
 
-SMALL_USABLE = 4_096  # tokens: below this usable window, recall gets only a small share
+SMALL_USABLE = 2_048  # tokens: below this usable window (a 2,048 window), recall gets a small share
 SMALL_RECALL_SHARE = 0.06  # of the usable window (issue 32: the fixed part <= 40% at 2,048)
 
 
