@@ -13,7 +13,6 @@ process answered. Figures, never assertions: the tests assert on them.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -39,18 +38,11 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.bench.fakes.fake_telegram import FakeTelegramServer
 from core.bench.fakes.round_robin_proxy import RoundRobinProxy
 from core.bench.startup import write_config
+from core.model.embedded import free_port
 
 WEBHOOK_PATH = "/telegram"
 WORKER_INTERVAL_MINS = 0.05  # every 3 s
 START_TIMEOUT_S = 180.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (now)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def chats_out_of_order(

@@ -77,6 +77,8 @@ def model_alias(config: EmbeddedConfig) -> str:
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago (the one definition:
+    the benchmarks' servers and fakes take theirs here too)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

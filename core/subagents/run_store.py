@@ -42,23 +42,11 @@ class RunEnd:
 
 
 @dataclass(frozen=True)
-class SubagentRun:
-    """One stored run."""
+class SubagentRun(RunEnd, RunStart):
+    """One stored run: what it was given (`RunStart`), how it ended (`RunEnd`; status
+    `running` and empty results until it has), its id and times."""
 
     id: int
-    chat_id: int
-    parent_message_id: int | None
-    tool_call_id: str
-    task: str
-    context: str
-    inherited: dict[str, str]
-    tools: list[str]
-    status: str
-    stop_reason: str
-    result: str
-    transcript: list[dict[str, Any]]
-    iterations: int
-    output_tokens: int
     started_at: str
     finished_at: str | None
 
@@ -68,7 +56,8 @@ class SubagentRun:
         return f"sub-agent run #{self.id} for tool call {self.tool_call_id or '?'}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """Every field, the id first (as the table's columns)."""
+        return {name: getattr(self, name) for name in COLUMNS.split(", ")}
 
 
 class DatabaseSubagentRunStore:

@@ -61,16 +61,16 @@ def seed_tasks(url: str, data: Path, count: int, spread: float, chats: list[int]
                 due = start + spread * number / max(count - 1, 1)
                 tasks.add(
                     NewTask(
-                        chats[number % len(chats)],
-                        "1",
-                        "bench",
-                        "remind",
-                        f"bench task {number} due {due:.3f}",
-                        "date",
-                        time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(due)),
-                        "UTC",
-                        due,
-                    )  # fmt: skip
+                        creator_id="1",
+                        creator_name="bench",
+                        mode="remind",
+                        text=f"bench task {number} due {due:.3f}",
+                        schedule_kind="date",
+                        expression=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(due)),
+                        timezone="UTC",
+                        chat_id=chats[number % len(chats)],
+                        next_run_at=due,
+                    )
                 )
         return start + spread
     finally:

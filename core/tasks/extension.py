@@ -187,8 +187,9 @@ class TasksExtension(Extension):
         parsed = parse_when(when, self.timezone_of(turn.chat), now, self.settings.min_interval_s)
         first = _first_run(parsed, now)
         inbound = turn.inbound
-        new = NewTask(turn.chat.id, inbound.sender_id, inbound.sender_name, mode, text,
-                      parsed.kind, parsed.expression, parsed.timezone, first)  # fmt: skip
+        new = NewTask(inbound.sender_id, inbound.sender_name, mode, text, parsed.kind,
+                      parsed.expression, parsed.timezone, chat_id=turn.chat.id,
+                      next_run_at=first)  # fmt: skip
         with self.db.transaction():
             if self.tasks.active_count(turn.chat.id) >= self.settings.max_active_per_chat:
                 raise ToolError(

@@ -26,10 +26,9 @@ OPEN = ("active", "paused")
 
 
 @dataclass(frozen=True)
-class NewTask:
-    """A task as `schedule_task` asks for it (its schedule already checked)."""
+class TaskRequest:
+    """What a task's creator asked for: who, the mode, the text and the schedule."""
 
-    chat_id: int
     creator_id: str
     creator_name: str
     mode: str
@@ -37,22 +36,22 @@ class NewTask:
     schedule_kind: str
     expression: str
     timezone: str
+
+
+@dataclass(frozen=True)
+class NewTask(TaskRequest):
+    """A task as `schedule_task` asks for it (its schedule already checked)."""
+
+    chat_id: int
     next_run_at: float
 
 
 @dataclass(frozen=True)
-class ScheduledTask:
+class ScheduledTask(TaskRequest):
     """One row of `scheduled_tasks` with its chat."""
 
     id: int
     chat: Chat
-    creator_id: str
-    creator_name: str
-    mode: str
-    text: str
-    schedule_kind: str
-    expression: str
-    timezone: str
     next_run_at: float | None
     status: str
     failures: int
@@ -74,12 +73,25 @@ class RunOutcome:
 
 
 def _task(row: tuple[Any, ...]) -> ScheduledTask:
-    chat = Chat(int(row[15]), row[16], row[17], row[18], row[19])
-    next_run = float(row[8]) if row[8] is not None else None
-    last_run = float(row[13]) if row[13] is not None else None
-    return ScheduledTask(int(row[0]), chat, row[1], row[2], row[3], row[4], row[5], row[6],
-                         row[7], next_run, row[9], int(row[10]), int(row[11]), str(row[12]),
-                         last_run, row[14])  # fmt: skip
+    """A row selected as `TASK_COLUMNS` (both engines)."""
+    return ScheduledTask(
+        id=int(row[0]),
+        chat=Chat(int(row[15]), row[16], row[17], row[18], row[19]),
+        creator_id=row[1],
+        creator_name=row[2],
+        mode=row[3],
+        text=row[4],
+        schedule_kind=row[5],
+        expression=row[6],
+        timezone=row[7],
+        next_run_at=float(row[8]) if row[8] is not None else None,
+        status=row[9],
+        failures=int(row[10]),
+        runs=int(row[11]),
+        created_at=str(row[12]),
+        last_run_at=float(row[13]) if row[13] is not None else None,
+        last_error=row[14],
+    )
 
 
 class TaskStore:

@@ -171,6 +171,20 @@ def _summary_requests(server: FakeOpenAIServer) -> list[dict[str, Any]]:
     return [r for r in server.requests if is_summary_request(r["messages"])]
 
 
+def _window_of_6000(runtime: Runtime, fake_llm: FakeOpenAIServer) -> None:
+    """A 6,000-token window with 1,000 kept for the answer; summaries that succeed."""
+    runtime.config.llm.context_window = 6_000
+    runtime.config.llm.max_output_tokens = 1_000
+    fake_llm.responder = _summary_responder([])
+
+
+def _every_request_fits_the_window_of_6000(fake_llm: FakeOpenAIServer) -> None:
+    estimator = TokenEstimator(4.0)
+    for request in fake_llm.requests:
+        assert orphaned_tool_messages(request["messages"]) == []
+        assert estimator.request(request["messages"], request.get("tools")) <= 5_000
+
+
 async def test_compact_command_summarises_marks_and_archives(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
@@ -298,12 +312,9 @@ class FlushRecorder(Extension):
 async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_window(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
-    config = runtime.config
-    config.llm.context_window = 6_000
-    config.llm.max_output_tokens = 1_000
+    _window_of_6000(runtime, fake_llm)
     recorder = FlushRecorder(fake_llm)
     runtime.extensions.add(recorder)
-    fake_llm.responder = _summary_responder([])
     for n in range(30):
         if n % 3 == 0:
             fake_llm.add(
@@ -314,10 +325,7 @@ async def test_threshold_compaction_flushes_memory_first_and_keeps_requests_in_w
     assert summaries and len(recorder.calls) == len(summaries)
     for at in recorder.calls:  # the flush came right after the summary request
         assert is_summary_request(fake_llm.requests[at - 1]["messages"])
-    estimator = TokenEstimator(4.0)
-    for request in fake_llm.requests:
-        assert orphaned_tool_messages(request["messages"]) == []
-        assert estimator.request(request["messages"], request.get("tools")) <= 5_000
+    _every_request_fits_the_window_of_6000(fake_llm)
     assert runtime.store.count_messages(1) == runtime.store.count_messages()
 
 
@@ -472,12 +480,19 @@ class FailingFlush(Extension):
 
 
 def _flush_runtime(runtime: Runtime, fake_llm: FakeOpenAIServer, failures: int) -> FailingFlush:
-    runtime.config.llm.context_window = 6_000
-    runtime.config.llm.max_output_tokens = 1_000
+    _window_of_6000(runtime, fake_llm)
     flush = FailingFlush(fake_llm, failures)
     runtime.extensions.add(flush)
-    fake_llm.responder = _summary_responder([])
     return flush
+
+
+async def _chat_until_compacted(runtime: Runtime, chat_id: str) -> None:
+    """Long turns in the chat (the first one) until it is compacted; fewer than 40."""
+    turns = 0
+    while not runtime.store.compactions(1):
+        await runtime.agent.handle(Inbound("terminal", chat_id, f"turn {turns}: " + "v" * 1_200))
+        turns += 1
+        assert turns < 40, "never compacted"
 
 
 async def test_a_failed_flush_holds_the_compaction_back_until_it_succeeds(
@@ -485,11 +500,7 @@ async def test_a_failed_flush_holds_the_compaction_back_until_it_succeeds(
 ) -> None:
     flush = _flush_runtime(runtime, fake_llm, failures=1)
     with caplog.at_level(logging.WARNING, logger="core.context.compaction"):
-        turns = 0
-        while not runtime.store.compactions(1):
-            await runtime.agent.handle(Inbound("terminal", "f", f"turn {turns}: " + "v" * 1_200))
-            turns += 1
-            assert turns < 40, "never compacted"
+        await _chat_until_compacted(runtime, "f")
     [compaction] = runtime.store.compactions(1)
     assert len(flush.calls) == 2  # held back once, then the flush succeeded
     assert sum("held back (1 of 3)" in r.getMessage() for r in caplog.records) == 1
@@ -507,11 +518,7 @@ async def test_a_flush_that_keeps_failing_holds_back_at_most_three_times_then_wa
 ) -> None:
     flush = _flush_runtime(runtime, fake_llm, failures=100)
     with caplog.at_level(logging.WARNING, logger="core.context.compaction"):
-        turns = 0
-        while not runtime.store.compactions(1):
-            await runtime.agent.handle(Inbound("terminal", "g", f"turn {turns}: " + "v" * 1_200))
-            turns += 1
-            assert turns < 40, "never compacted"
+        await _chat_until_compacted(runtime, "g")
     messages = [r.getMessage() for r in caplog.records]
     held = [m for m in messages if "held back" in m and "goes ahead" not in m]
     [ahead] = [m for m in messages if "goes ahead" in m]
@@ -519,6 +526,5 @@ async def test_a_flush_that_keeps_failing_holds_back_at_most_three_times_then_wa
     assert "may be lost" in ahead
     # Only the first try summarised before flushing; the later ones flushed first.
     assert len(_summary_requests(fake_llm)) == 2
-    estimator = TokenEstimator(4.0)
-    for request in fake_llm.requests:  # held back, yet every request stayed in the window
-        assert estimator.request(request["messages"], request.get("tools")) <= 5_000
+    # Held back, yet every request stayed in the window.
+    _every_request_fits_the_window_of_6000(fake_llm)

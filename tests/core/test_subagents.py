@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,33 @@ def runs_of(runtime: Runtime, chat_id: str = "t") -> list[SubagentRun]:
     return list(reversed(extension.runs.recent(chat.id, 50)))
 
 
+def lookup(text: str, call_id: str, completion_tokens: int = 5) -> FakeReply:
+    """The child's model asks the `lookup` tool for `text`."""
+    call = tool_call("lookup", {"text": text}, call_id)
+    return FakeReply(tool_calls=[call], completion_tokens=completion_tokens)
+
+
+@dataclass(frozen=True)
+class Delegation:
+    """One spawned child as the parent saw it: the parent's answer, the child's result (the
+    tool result in the parent's last request) and the child's stored run."""
+
+    answer: str
+    result: str
+    run: SubagentRun
+
+
+async def delegate(
+    runtime: Runtime, fake_llm: FakeOpenAIServer, task: str, child: Sequence[FakeReply], answer: str
+) -> Delegation:
+    """The parent spawns one child for `task`; the child's model gives the `child` replies
+    (as many as it asks for), then the parent's model answers `answer`."""
+    fake_llm.add(FakeReply(tool_calls=[spawn(task)]), *child, FakeReply(answer))
+    said = await ask(runtime, "go")
+    [run] = runs_of(runtime)
+    return Delegation(said, results(fake_llm.requests[-1])["s1"], run)
+
+
 def everything(request: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content")) for m in request["messages"])
 
@@ -186,13 +214,8 @@ async def test_allow_tools_adds_a_tool_but_never_spawning(
     config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer, desk: Desk
 ) -> None:
     config.subagents.allow_tools = ["send_note", "spawn_agent"]
-    fake_llm.add(
-        FakeReply(tool_calls=[spawn("Send a note.")]),
-        FakeReply(tool_calls=[tool_call("send_note", {"text": "hi"}, "k1")]),
-        FakeReply("sent it"),
-        FakeReply("ok"),
-    )
-    await ask(runtime, "note")
+    sending = FakeReply(tool_calls=[tool_call("send_note", {"text": "hi"}, "k1")])
+    await delegate(runtime, fake_llm, "Send a note.", [sending, FakeReply("sent it")], "ok")
     assert "send_note" in tool_names(fake_llm.requests[1])
     assert "spawn_agent" not in tool_names(fake_llm.requests[1])
     assert desk.sent == ["hi"]
@@ -202,64 +225,45 @@ async def test_the_child_stops_at_its_budget_of_model_calls_with_a_marked_partia
     config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
     config.subagents.max_iterations = 2
-    fake_llm.add(
-        FakeReply(tool_calls=[spawn("Look up forever.")]),
-        FakeReply(tool_calls=[tool_call("lookup", {"text": "a"}, "k1")]),
-        FakeReply(tool_calls=[tool_call("lookup", {"text": "b"}, "k2")]),
-        FakeReply("I answered with what I had."),
-    )
-    await ask(runtime, "go")
+    child = [lookup("a", "k1"), lookup("b", "k2")]
+    done = await delegate(runtime, fake_llm, "Look up forever.", child, "I answered.")
     assert len(fake_llm.requests) == 4  # parent, two child calls, parent
-    result = results(fake_llm.requests[3])["s1"]
-    assert result.startswith(
+    assert done.result.startswith(
         "[sub-agent run #1: PARTIAL RESULT, stopped after 2 model calls: its budget of"
         " 2 model calls is spent]"
     )
-    assert "What it found so far:\nlookup: definition of a\nlookup: definition of b" in result
-    [run] = runs_of(runtime)
-    assert (run.status, run.iterations) == ("partial", 2)
+    assert "What it found so far:\nlookup: definition of a\nlookup: definition of b" in done.result
+    assert (done.run.status, done.run.iterations) == ("partial", 2)
 
 
 async def test_the_child_stops_at_its_token_budget(
     config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
     config.subagents.max_tokens = 100
-    fake_llm.add(
-        FakeReply(tool_calls=[spawn("Think hard.")]),
-        FakeReply(tool_calls=[tool_call("lookup", {"text": "a"}, "k1")], completion_tokens=70),
-        FakeReply(tool_calls=[tool_call("lookup", {"text": "b"}, "k2")], completion_tokens=40),
-        FakeReply("ok"),
-    )
-    await ask(runtime, "go")
+    child = [lookup("a", "k1", completion_tokens=70), lookup("b", "k2", completion_tokens=40)]
+    done = await delegate(runtime, fake_llm, "Think hard.", child, "ok")
     assert fake_llm.requests[1]["max_tokens"] == 100
     assert fake_llm.requests[2]["max_tokens"] == 30  # what is left of the child's budget
-    result = results(fake_llm.requests[3])["s1"]
-    assert "PARTIAL RESULT" in result and "its budget of 100 output tokens is spent" in result
-    [run] = runs_of(runtime)
-    assert (run.status, run.output_tokens) == ("partial", 110)
+    assert "PARTIAL RESULT" in done.result
+    assert "its budget of 100 output tokens is spent" in done.result
+    assert (done.run.status, done.run.output_tokens) == ("partial", 110)
 
 
 async def test_the_child_stops_at_its_wall_time(
     config: Config, runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
     config.subagents.wall_time_s = 0.5
-    fake_llm.add(
-        FakeReply(tool_calls=[spawn("Be slow.")]),
-        FakeReply(tool_calls=[tool_call("lookup", {"text": "a"}, "k1")]),
-        FakeReply("too late", delay_s=3),
-        FakeReply("The helper ran out of time."),
-    )
+    child = [lookup("a", "k1"), FakeReply("too late", delay_s=3)]
     started = time.monotonic()
-    assert await ask(runtime, "go") == "The helper ran out of time."
+    done = await delegate(runtime, fake_llm, "Be slow.", child, "The helper ran out of time.")
+    assert done.answer == "The helper ran out of time."
     assert time.monotonic() - started < 2.5
-    result = results(fake_llm.requests[3])["s1"]
-    assert result.startswith(
+    assert done.result.startswith(
         "[sub-agent run #1: PARTIAL RESULT, stopped after 1 model call: its wall time of"
         " 0.5 s ran out]"
     )
-    assert "lookup: definition of a" in result
-    [run] = runs_of(runtime)
-    assert run.status == "partial" and "wall time" in run.stop_reason
+    assert "lookup: definition of a" in done.result
+    assert done.run.status == "partial" and "wall time" in done.run.stop_reason
 
 
 async def test_the_child_is_cancelled_with_its_parent(
@@ -407,13 +411,8 @@ async def test_the_child_never_has_more_rights_than_its_parent_chat(
 ) -> None:
     config.subagents.allow_tools = ["shelf_read"]
     runtime.extensions.tools.add_source(OtherChatsShelf())
-    fake_llm.add(
-        FakeReply(tool_calls=[spawn("Read the shelf.")]),
-        FakeReply(tool_calls=[tool_call("shelf_read", {}, "k1")]),
-        FakeReply("I cannot."),
-        FakeReply("ok"),
-    )
-    await ask(runtime, "read the shelf")
+    reading = FakeReply(tool_calls=[tool_call("shelf_read", {}, "k1")])
+    await delegate(runtime, fake_llm, "Read the shelf.", [reading, FakeReply("I cannot.")], "ok")
     assert "shelf_read" not in tool_names(fake_llm.requests[1])
     assert results(fake_llm.requests[2])["k1"] == (
         "error: tool 'shelf_read' is not available: the shelf is not open to this chat"

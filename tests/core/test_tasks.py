@@ -45,8 +45,9 @@ def new_task(chat: Chat, due: float, text: str = "call Ann", **fields: str) -> N
     values.update(fields)
     if values["schedule_kind"] == "date" and not values["expression"]:
         values["expression"] = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(due))
-    return NewTask(chat.id, "42", "Ann", values["mode"], text, values["schedule_kind"],
-                   values["expression"], values["timezone"], due)  # fmt: skip
+    return NewTask("42", "Ann", values["mode"], text, values["schedule_kind"],
+                   values["expression"], values["timezone"], chat_id=chat.id,
+                   next_run_at=due)  # fmt: skip
 
 
 @pytest.fixture

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from typing import Any
 
 import pytest
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
-from core.config import Config, StorageConfig
-from core.storage.engine import Storage, open_storage
+from core.config import Config
+from core.storage.engine import Storage
 from core.storage.store import NewMessage
 from core.storage.stores import session_store
 from memory import pg_index, sqlite_index
@@ -22,7 +21,7 @@ from reflector.facts import FactTally, FactWriter, PreparedFact
 from reflector.reflection import PassReport, Reflector
 from reflector.stores import lease_store
 from tests.reflector.conftest import Reflectors
-from tests.reflector.engines import execute, query
+from tests.reflector.engines import as_processes, execute, query
 
 
 def facts(*items: tuple[str, str] | dict[str, Any]) -> FakeReply:
@@ -488,24 +487,14 @@ def test_memory_writes_under_the_chat_lock_find_each_other(storage_url: str, db:
     uncommitted row without the lock; SQLite's single writer gives it anyway."""
     chat = session_store(db).get_or_create_chat("terminal", "alice")
     fact = PreparedFact("Alice keeps bees on her roof.", "PROFILE")
-    barrier = threading.Barrier(2)
     tallies: list[FactTally] = []
 
-    def write() -> None:
-        storage = open_storage(StorageConfig(url=storage_url))
-        try:
-            barrier.wait()
-            with session_store(storage).transaction():
-                lease_store(storage, lease_s=60).lock_chat_writes(chat.id)
-                tallies.append(FactWriter(memory_store(storage)).write(chat.id, [fact]))
-                time.sleep(0.3)  # still uncommitted while the other looks
-        finally:
-            storage.close()
+    def write(storage: Storage, _: int) -> None:
+        with session_store(storage).transaction():
+            lease_store(storage, lease_s=60).lock_chat_writes(chat.id)
+            tallies.append(FactWriter(memory_store(storage)).write(chat.id, [fact]))
+            time.sleep(0.3)  # still uncommitted while the other looks
 
-    threads = [threading.Thread(target=write) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    as_processes(storage_url, 2, write)
     assert sorted((t.added, t.refreshed) for t in tallies) == [(0, 1), (1, 0)]
     assert len(memory_rows(db, chat.id)) == 1

