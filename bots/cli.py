@@ -117,6 +117,8 @@ def chat(ctx: click.Context, chat_id: str | None, image: Path | None) -> None:
         )
         try:
             asyncio.run(_chat(runtime, channel))
+        except KeyboardInterrupt:  # Ctrl-C before the chat was up: ends it as /exit does
+            pass
         finally:
             runtime.close()
     if runtime.llm.failed and not runtime.llm.answered:

@@ -6,7 +6,9 @@ streaming on (`[terminal] streaming`, the default) a reply is printed as it grow
 final text ends the line (or, when it differs from what was printed, follows in full).
 
 `/image PATH [caption]` and `/voice PATH` send a file from disk with the message (and
-`mnemo chat --image PATH` attaches one to the first message).
+`mnemo chat --image PATH` attaches one to the first message). `/exit` and `/quit` end the
+chat here, as end of input (Ctrl-D) and Ctrl-C do; they never reach the model. `/help`
+lists them after the bot's own commands.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from core.events import MediaKind
 
 PROMPT = "you> "
 FILE_COMMANDS: dict[str, MediaKind] = {"/image": "image", "/voice": "voice"}
+END_COMMANDS = ("/exit", "/quit")
+TERMINAL_HELP = (
+    "In this terminal:\n"
+    "/exit or /quit - end the chat (so do Ctrl-D and Ctrl-C)\n"
+    "/image PATH [caption] - send an image from disk\n"
+    "/voice PATH - send a voice message from disk"
+)
 
 
 class TerminalChannel:
@@ -57,10 +66,18 @@ class TerminalChannel:
         while True:
             if self.interactive:
                 self._write(PROMPT, newline=False)
-            line = await lines.get()
+            try:
+                line = await lines.get()
+            except asyncio.CancelledError:  # Ctrl-C (or a stop): leave the prompt's line
+                if self.interactive:
+                    self._write("")
+                raise
             if line is None:
                 return
             text = line.rstrip("\n")
+            command = text.strip().partition(" ")[0].lower()
+            if command in END_COMMANDS:
+                return
             if not text.strip():
                 continue
             inbound = self._inbound(text)
@@ -69,6 +86,8 @@ class TerminalChannel:
             reply = await handler(inbound)
             if reply is not None:
                 await self.send(reply)
+            if command == "/help":  # the bot's commands went out; the terminal's follow
+                self._write(f"\n{TERMINAL_HELP}")
 
     def _inbound(self, text: str) -> Inbound | None:
         """The message for a line; a `/image PATH` or `/voice PATH` line carries the file
