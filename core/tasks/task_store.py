@@ -73,25 +73,14 @@ class RunOutcome:
 
 
 def _task(row: tuple[Any, ...]) -> ScheduledTask:
-    """A row selected as `TASK_COLUMNS` (both engines)."""
-    return ScheduledTask(
-        id=int(row[0]),
-        chat=Chat(int(row[15]), row[16], row[17], row[18], row[19]),
-        creator_id=row[1],
-        creator_name=row[2],
-        mode=row[3],
-        text=row[4],
-        schedule_kind=row[5],
-        expression=row[6],
-        timezone=row[7],
-        next_run_at=float(row[8]) if row[8] is not None else None,
-        status=row[9],
-        failures=int(row[10]),
-        runs=int(row[11]),
-        created_at=str(row[12]),
-        last_run_at=float(row[13]) if row[13] is not None else None,
-        last_error=row[14],
-    )
+    """A row selected as `TASK_COLUMNS` (both engines), in the fields' order: the
+    `TaskRequest` (columns 1-7), then the row's own."""
+    chat = Chat(int(row[15]), row[16], row[17], row[18], row[19])
+    next_run = float(row[8]) if row[8] is not None else None
+    last_run = float(row[13]) if row[13] is not None else None
+    return ScheduledTask(row[1], row[2], row[3], row[4], row[5], row[6], row[7], int(row[0]),
+                         chat, next_run, row[9], int(row[10]), int(row[11]), str(row[12]),
+                         last_run, row[14])  # fmt: skip
 
 
 class TaskStore:

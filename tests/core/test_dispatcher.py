@@ -6,6 +6,7 @@ engines: every runtime here opens `storage_url` (two runtimes: two PostgreSQL po
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -45,6 +46,19 @@ async def close(runtime: Runtime) -> None:
     """Stop the dispatcher's turns first: nothing may touch the database after `close`."""
     await runtime.dispatcher.stop()
     runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def next_start(config: Config) -> AsyncIterator[tuple[Runtime, RecordingChannel]]:
+    """The next process on the same database with a channel attached (not resumed yet);
+    closed at the end."""
+    second = fast(light_runtime(config))
+    try:
+        channel = RecordingChannel()
+        second.dispatcher.attach(channel)
+        yield second, channel
+    finally:
+        await close(second)
 
 
 @pytest.fixture
@@ -205,16 +219,11 @@ async def test_undelivered_replies_go_out_after_a_restart(config: Config) -> Non
     assert down.sent == []
     await close(first)
 
-    second = fast(light_runtime(config))
-    try:
-        up = RecordingChannel()
-        second.dispatcher.attach(up)
+    async with next_start(config) as (second, up):
         assert len(second.dispatcher.resume()) == 1
         await eventually(lambda: len(up.sent) == 2)
         await second.dispatcher.stop()
         totals = second.deliveries.delivery_totals()
-    finally:
-        await close(second)
     assert up.texts() == ["echo: one", "echo: two"]  # each once, in order
     assert (totals.replies, totals.delivered) == (2, 2)
 
@@ -239,16 +248,11 @@ async def test_a_stop_keeps_waiting_messages_for_the_next_start(
     assert first.deliveries.delivery_totals().pending == 4
     await close(first)
 
-    second = fast(light_runtime(config))
-    try:
-        again = RecordingChannel()
-        second.dispatcher.attach(again)
+    async with next_start(config) as (second, again):
         second.dispatcher.resume()
         await eventually(lambda: len(again.sent) == 4)
         await second.dispatcher.stop()
         history = stored(second, "c")
-    finally:
-        await close(second)
     assert again.texts() == [f"echo: m{i}" for i in range(1, 5)]
     assert history == [
         pair for i in range(5) for pair in (("user", f"m{i}"), ("assistant", f"echo: m{i}"))
@@ -269,16 +273,11 @@ async def test_a_turn_cut_by_the_grace_period_is_answered_once_at_the_next_start
     await close(first)
     gate.open.set()
 
-    second = fast(light_runtime(config))
-    try:
-        channel = RecordingChannel()
-        second.dispatcher.attach(channel)
+    async with next_start(config) as (second, channel):
         second.dispatcher.resume()
         await eventually(lambda: len(channel.sent) == 1)
         await second.dispatcher.stop()
         history = stored(second, "c")
-    finally:
-        await close(second)
     assert channel.texts() == ["echo: slow one"]
     assert history == [("user", "slow one"), ("assistant", "echo: slow one")]  # stored once
 
@@ -322,14 +321,9 @@ async def test_commands_and_unaddressed_messages_are_never_answered_again(
     quiet = await first.dispatcher(said("just chatting", message_id="2", respond=False))
     assert help_text is not None and quiet is None
     await close(first)
-    second = fast(light_runtime(config))
-    try:
-        channel = RecordingChannel()
-        second.dispatcher.attach(channel)
+    async with next_start(config) as (second, channel):
         assert second.dispatcher.resume() == []
         totals = second.deliveries.delivery_totals()
-    finally:
-        await close(second)
     assert channel.sent == [] and fake_llm.requests == []
     assert (totals.answered, totals.recorded, totals.pending) == (1, 1, 0)
 
