@@ -55,7 +55,8 @@ def build_app(
     `hosts` (default: loopback's), failed logins slowed by `throttle`; with `chat`, the
     chat page talks to the bot through it."""
     gate = Gate(token, throttle)
-    pages = Pages(dashboard, Jinja2Templates(directory=str(HERE / "templates")))
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    pages = Pages(dashboard, templates, chat_page=chat is not None)
     talk = ChatPage(dashboard, pages, chat).routes() if chat is not None else []
 
     async def error_page(request: Request, exc: Exception) -> Response:

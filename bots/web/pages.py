@@ -53,14 +53,18 @@ def page_param(request: Request, items: int, per_page: int) -> tuple[int, int]:
 class Pages:
     """Renders each page from the dashboard's reads."""
 
-    def __init__(self, dashboard: Dashboard, templates: Jinja2Templates) -> None:
+    def __init__(
+        self, dashboard: Dashboard, templates: Jinja2Templates, chat_page: bool = False
+    ) -> None:
         self.dashboard = dashboard
         self.templates = templates
+        self.chat_page_on = chat_page  # the chat page is served: the header links to it
 
     def render(self, request: Request, name: str, status: int = 200, **values: Any) -> Response:
         session = request.state.session
         values.setdefault("csrf", session.csrf if session is not None else "")
         values["signed_in"] = session is not None or getattr(request.state, "bearer", False)
+        values["chat_page_on"] = self.chat_page_on
         return self.templates.TemplateResponse(request, name, values, status_code=status)
 
     def window(self) -> int:

@@ -132,6 +132,13 @@ async def test_the_chat_page_needs_a_session_its_csrf_token_and_the_same_origin(
     assert served.history("ops") == [("user", "hello"), ("assistant", "echo: hello")]
 
 
+async def test_the_header_links_to_the_chat_page_when_it_is_served(served: Served) -> None:
+    async with httpx.AsyncClient(base_url=served.url) as client:
+        await logged_in(client, served.url)
+        page = await client.get("/")
+    assert page.status_code == 200 and 'href="/chat"' in page.text
+
+
 async def test_a_command_is_answered_on_the_page(served: Served) -> None:
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     async with httpx.AsyncClient(base_url=served.url, headers=bearer) as script:

@@ -203,3 +203,13 @@ async def test_sub_agent_runs_show_with_provenance_result_and_transcript(
     assert "The cat is called Miso." in page.text and "<b>system</b>" in page.text
     other = await site.client.get(f"/chats/{site.bob.id}/subagents")
     assert "No sub-agent run in this chat yet." in other.text
+
+
+async def test_the_header_links_to_the_chat_page_only_when_it_is_served(site: Site) -> None:
+    """The dashboard without its chat channel (the `site` app is built without one) has no
+    chat page, so its header offers none; with the channel, see `test_chat.py`."""
+    await site.login()
+    page = await site.client.get("/")
+    assert page.status_code == 200 and 'href="/tasks"' in page.text
+    assert 'href="/chat"' not in page.text
+    assert (await site.client.get("/chat")).status_code == 404
