@@ -94,9 +94,26 @@ class MemoryExtension(Extension):
                 "forget",
                 "forget a remembered fact: /forget ID",
                 self.forget_command,
-                CommandOption("id", "the memory's number (#12)", True, self.suggest_forgettable),
+                CommandOption("id", self._forget_option_help(), True, self.suggest_forgettable),
             ),
         ]
+
+    def _server_holds_copies(self) -> str:
+        """The memory server's name when it ranks (`[memory] backend = "mcp"`), else "".
+
+        It keeps a copy of each fact it was sent and has no way to list or delete one:
+        `/forget` and its suggestions act on the database, which holds every fact (and
+        drops a forgotten one from the server's answers), never on the server's own rows.
+        """
+        return self.config.memory.mcp_server if isinstance(self.backend, McpMemoryBackend) else ""
+
+    def _forget_option_help(self) -> str:
+        server = self._server_holds_copies()
+        if not server:
+            return "the memory's number (#12)"
+        return (
+            f"the memory's number (#12); rows only the memory server {server} holds are not listed"
+        )
 
     def suggest_forgettable(self, chat: Chat, typed: str) -> list[tuple[str, str]]:
         """The chat's own memories whose number or text contains `typed`, newest first, as
@@ -212,6 +229,13 @@ class MemoryExtension(Extension):
             memory = self.keeper.forget(self.keeper.access(turn), parse_memory_id(args))
         except (InputError, ToolError) as exc:
             return f"Not forgotten: {exc}."
+        server = self._server_holds_copies()
+        if server:
+            return (
+                f"Forgotten: #{memory.id} {memory.content}\n(The memory server {server} keeps"
+                " the copy it was sent; it is no longer shown here. Its own rows, without a"
+                " number, cannot be listed or forgotten from the chat.)"
+            )
         return f"Forgotten: #{memory.id} {memory.content}"
 
     def chat_data(self, chat: Chat) -> dict[str, int]:

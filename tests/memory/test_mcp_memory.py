@@ -25,6 +25,7 @@ from core.errors import ConfigError
 from core.mcp import plugin as mcp_plugin
 from core.mcp.extension import McpExtension
 from memory import plugin as memory_plugin
+from memory.backend import LocalBackend
 from memory.extension import MemoryExtension
 from memory.mcp_backend import McpMemoryBackend, parse_rows
 
@@ -165,3 +166,38 @@ def test_an_mcp_backend_needs_its_server_configured() -> None:
 )
 def test_rows_are_read_from_the_usual_shapes(text: str, contents: list[str | None]) -> None:
     assert [row.get("content") for row in parse_rows(text)] == contents
+
+
+async def test_forget_says_what_it_cannot_list_or_reach_with_a_memory_server(
+    config: Config, tmp_path: Path
+) -> None:
+    """`/forget` and its suggestions (Discord's autocomplete) act on the database, which holds
+    every fact; with a memory server ranking they say that the server's own rows are not
+    listed and that the server keeps the copy it was sent. Without one, nothing is added."""
+    config.mcp.servers = [memory_server(tmp_path / "log.jsonl")]
+    config.memory.backend = "mcp"
+    runtime = build_runtime(config, plugins=[default_plugin, memory_plugin, mcp_plugin])
+    try:  # the server is not started: facts stay in the database, as in an outage
+        await ask(runtime, "remember: my sister is called Ana")
+        memory = extension_of(runtime, MemoryExtension)
+        chat = runtime.store.find_chat("terminal", "t")
+        assert chat is not None
+        [forget] = [c for c in memory.commands() if c.name == "forget"]
+        assert forget.option is not None
+        assert "rows only the memory server memory holds are not listed" in (
+            forget.option.description
+        )
+        assert memory.suggest_forgettable(chat, "ana") == [
+            ("1", "#1 [PROFILE] my sister is called Ana")
+        ]
+        answer = await ask(runtime, "/forget 1")
+        assert answer.startswith("Forgotten: #1 ")
+        assert "The memory server memory keeps the copy it was sent" in answer
+        config.memory.backend = "local"
+        memory.backend = LocalBackend(memory.keeper)
+        [forget] = [c for c in memory.commands() if c.name == "forget"]
+        assert (
+            forget.option is not None and forget.option.description == "the memory's number (#12)"
+        )
+    finally:
+        runtime.close()
