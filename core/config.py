@@ -467,7 +467,9 @@ class TasksConfig(Section):
     """Scheduled tasks and reminders (`core.tasks`)."""
 
     enabled: bool = True
-    default_timezone: str = "UTC"  # a chat's until it sets its own with /timezone
+    # Tasks' time zone for a chat without its own (/timezone); "" (the default): `[memory]
+    # timezone`, the one default every reader of a chat's days shares.
+    default_timezone: str = ""
     grace_s: float = Field(default=3600.0, ge=0)  # later than this after a restart: missed
     max_active_per_chat: int = Field(default=50, ge=1)
     min_interval_s: float = Field(default=300.0, ge=1)  # between a repeating task's runs
@@ -481,6 +483,8 @@ class TasksConfig(Section):
     def _known_zone(cls, value: str) -> str:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+        if not value:
+            return value
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):

@@ -46,14 +46,17 @@ class Budget:
     max_tokens: int  # room for the answer, sent as `max_tokens`
     usable: int  # tokens the prompt may take
     estimator: TokenEstimator
-    zone: ZoneInfo = UTC  # the chat's days (`[memory] timezone`), for the transcript
+    zone: ZoneInfo = UTC  # the chat's days (its /timezone, else `[memory] timezone`)
 
     def chars(self, tokens: int) -> int:
         return max(0, int(tokens * self.estimator.chars_per_token))
 
 
-def budget_for(store: SessionStore, config: Config, model: str) -> Budget:
-    """The budget of the next request: read afresh, since an overflow may teach a window."""
+def budget_for(
+    store: SessionStore, config: Config, model: str, zone: ZoneInfo | None = None
+) -> Budget:
+    """The budget of the next request: read afresh, since an overflow may teach a window.
+    Its transcript's days are read in `zone` (the chat's), else in `[memory] timezone`."""
     window = window_for(store, config.llm, model)
     max_output = config.llm.max_output_tokens
     usable = int(effective_window(window.tokens, max_output) * (1 - ESTIMATE_MARGIN))
@@ -62,7 +65,7 @@ def budget_for(store: SessionStore, config: Config, model: str) -> Budget:
         request_tokens_for(window.tokens, max_output),
         usable,
         estimator_for(store, config, model),
-        ZoneInfo(config.memory.timezone),
+        zone or ZoneInfo(config.memory.timezone),
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from core.config import Config
 from core.errors import ContextOverflow, FormatUnsupported, LLMError, ReplyInvalid
@@ -89,9 +90,11 @@ class ExtractionCalls:
         messages: Sequence[StoredMessage],
         shape: Shape,
         known_for: KnownLookup,
+        zone: ZoneInfo | None = None,
     ) -> tuple[Batch, dict[str, Any]]:
         """The reply to the largest batch of `messages` (not empty) that fits `shape` and
-        the window and is answered in full; the range asked about is kept in `run`.
+        the window and is answered in full; the range asked about is kept in `run`. Its
+        transcript dates messages in `zone` (the chat's; None: `[memory] timezone`).
 
         A reply unusable even after its repair is also retried on half the batch, at
         most `UNUSABLE_SPLITS` times (a small model often manages fewer messages).
@@ -103,7 +106,7 @@ class ExtractionCalls:
         ]
         unusable = 0
         while True:
-            budget = budget_for(self.store, self.config, self.model)
+            budget = budget_for(self.store, self.config, self.model, zone)
             batch = plan_batch(budget, messages, shape, extras, known_for)
             assert batch is not None  # `messages` is not empty
             _asked(run, batch)

@@ -86,6 +86,7 @@ EmbedderFactory = Callable[[], Embedder | None]
 
 
 UnitOfWork = Callable[[], AbstractContextManager[Any]]
+ChatZone = Callable[[int], str | None]  # chat id -> the time zone the chat set, if any
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class ReflectorStores:
     cursors: CursorStore
     leases: LeaseStore
     runs: RunStore
+    chat_zone: ChatZone = field(default=lambda chat_id: None)  # a chat's own (/timezone)
 
 
 class Reflector:
@@ -125,6 +127,7 @@ class Reflector:
         self.cursor = stores.cursors
         self.leases = stores.leases
         self.runs = stores.runs
+        self.chat_zone = stores.chat_zone
         self.contributors = list(contributors)
         self.calls = ExtractionCalls(config, stores.sessions, llm, self.contributors)
         # Archiving, deleting and listing need no model: passes with nothing to embed
@@ -136,6 +139,10 @@ class Reflector:
     @property
     def model(self) -> str:
         return self.config.reflector.model or self.llm.model
+
+    def zone_of(self, chat_id: int) -> ZoneInfo:
+        """The chat's days: its own time zone (/timezone) where set, else `[memory] timezone`."""
+        return ZoneInfo(self.chat_zone(chat_id) or self.config.memory.timezone)
 
     async def memory_store(self) -> MemoryStore:
         """The memory store, its embedder loaded in a thread (seconds, once per process)."""
@@ -237,15 +244,16 @@ class Reflector:
         earlier = self.runs.failed_attempts(run.chat_id, messages[0].id)
         # After a failure at this cursor, start from half the batch that failed.
         shape = Shape(max(1, earlier.last_seen // 2) if earlier.count else len(messages))
+        zone = self.zone_of(run.chat_id)
         batch, data = await self.calls.reply_to_fitting(
-            run, messages, shape, lambda text: self.known_memories(run.chat_id, text)
+            run, messages, shape, lambda text: self.known_memories(run.chat_id, text), zone
         )
         if batch.transcript.clipped:
             run.notes.append(f"{batch.transcript.clipped} long messages clipped")
         candidates, dropped = parse_memories(data, CATEGORIES) if data else ([], 0)
         run.skip("invalid item", dropped)
         covered = [m for m in messages if m.id <= batch.transcript.last_id]
-        dates = FactDates(covered, ZoneInfo(self.config.memory.timezone))
+        dates = FactDates(covered, zone)
         candidates = [replace(c, content=dates.absolute(c.content)) for c in candidates]
         facts = await self._prepare(run, candidates, Grounding(covered))
         if not facts and self._uses_statements():

@@ -11,6 +11,7 @@ from core.model.client import LLM
 from core.storage.db import Connection
 from core.storage.engine import Storage, sqlite_storage
 from core.storage.stores import session_store
+from core.tasks.task_store import TaskStore
 from memory.store import MemoryStore
 from memory.stores import memory_store, strategy_store
 from reflector.contributors import PassContributor
@@ -39,6 +40,7 @@ def reflector_stores(
         cursor_store(storage),
         lease_store(storage, config.reflector.lease_s, clock),
         run_store(storage),
+        TaskStore(storage.database).timezone_of,
     )
 
 

@@ -170,7 +170,10 @@ class TasksExtension(Extension):
     # -- tools -----------------------------------------------------------------------------
 
     def timezone_of(self, chat: Chat) -> str:
-        return self.tasks.timezone_of(chat.id) or self.settings.default_timezone
+        """The chat's own time zone (/timezone) where set; else `[tasks] default_timezone`
+        when set; else `[memory] timezone` (the reflector's dates read the same)."""
+        own = self.tasks.timezone_of(chat.id)
+        return own or self.settings.default_timezone or self.config.memory.timezone
 
     def schedule(self, turn: TurnContext, when: str, text: str, mode: str) -> ScheduledTask:
         """Check everything, then store the task (nothing is stored when a check fails)."""

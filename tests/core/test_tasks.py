@@ -274,6 +274,24 @@ async def test_a_chat_unknown_time_zone_and_the_timezone_command(rt: Runtime) ->
     assert "09:00 CET" in said  # read in the chat's zone
 
 
+async def test_a_chats_zone_is_its_own_else_tasks_default_else_memory_timezone(
+    rt: Runtime, config: Config
+) -> None:
+    """One default for every reader of a chat's days: `[memory] timezone`; `[tasks]
+    default_timezone`, when set, overrides it for tasks; a chat's /timezone wins over both."""
+    turn = turn_in(rt)
+    tasks = extension_of(rt)
+    config.memory.timezone = "Asia/Tokyo"
+    assert config.tasks.default_timezone == ""
+    assert tasks.timezone_of(turn.chat) == "Asia/Tokyo"
+    said = await call(rt, turn, "schedule_task", '{"when": "2099-01-01T09:00", "text": "y"}')
+    assert "09:00 JST" in said  # read in [memory] timezone
+    config.tasks.default_timezone = "Europe/Lisbon"
+    assert tasks.timezone_of(turn.chat) == "Europe/Lisbon"
+    tasks.tasks.set_timezone(turn.chat.id, "America/New_York")
+    assert tasks.timezone_of(turn.chat) == "America/New_York"
+
+
 async def test_limits_groups_and_runs(rt: Runtime, config: Config) -> None:
     config.tasks.max_active_per_chat = 2
     turn = turn_in(rt)
