@@ -52,6 +52,15 @@ def open_old(url: str, upto: int) -> Storage:
     return sqlite_storage(conn)
 
 
+def seeded_chat(url: str, count: int) -> tuple[int, list[int]]:
+    """A chat with `count` messages written by a process of its own (closed again)."""
+    setup = open_url(url)
+    try:
+        return chat_with_messages(setup, "a", count)
+    finally:
+        setup.close()
+
+
 def table_names(storage: Storage) -> set[str]:
     if storage.engine == "postgresql":
         rows = query(storage, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
@@ -181,9 +190,7 @@ def test_claim_next_takes_the_first_free_chat_in_order(db: Storage) -> None:
 
 
 def test_concurrent_claims_from_many_connections_have_one_winner(storage_url: str) -> None:
-    setup = open_url(storage_url)
-    chat_id, _ = chat_with_messages(setup, "a", 1)
-    setup.close()
+    chat_id, _ = seeded_chat(storage_url, 1)
     winners: list[str] = []
 
     def contend(storage: Storage, _: int) -> None:
@@ -306,9 +313,7 @@ def test_failed_attempts_count_batch_failures_since_the_last_completed_batch(
 
 def test_of_two_cursor_moves_from_one_position_exactly_one_wins(storage_url: str) -> None:
     """Two processes' commits, the second waiting on the first's open transaction."""
-    setup = open_url(storage_url)
-    chat_id, ids = chat_with_messages(setup, "a", 2)
-    setup.close()
+    chat_id, ids = seeded_chat(storage_url, 2)
     results: list[bool] = []
 
     def move(storage: Storage, number: int) -> None:
