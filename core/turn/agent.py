@@ -45,6 +45,7 @@ from core.model.profile import learn, load_profile
 from core.model.stream import INTERRUPTED, TextSink
 from core.model.usage import complete_recorded
 from core.storage.file_store import FileStore
+from core.storage.live_turn_store import DatabaseLiveTurnStore, LiveTurnKey
 from core.storage.store import (
     DeliveryStore,
     NewMessage,
@@ -58,6 +59,7 @@ from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
 from core.turn.citations import split_citations
 from core.turn.extensions import Extensions
+from core.turn.live import PROCESS_OWNER, LiveTurn, request_summary, tee
 from core.turn.loop_guard import RepeatGuard
 from core.turn.outgoing import Outgoing
 from core.turn.tool_round import run_tool_round
@@ -75,6 +77,8 @@ _SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
 # This turn's media: its images are attached to its message in each request of the turn,
 # never stored (`core.chat.media`). Per task, like `_SHOWING`.
 _MEDIA: ContextVar[MediaTurn | None] = ContextVar("media", default=None)
+# This turn's live row for the dashboard (`core.turn.live`); None when not recorded.
+_LIVE: ContextVar[LiveTurn | None] = ContextVar("live", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -100,6 +104,7 @@ class Agent:
     deliveries: DeliveryStore
     files: FileStore
     outgoing: Outgoing  # messages nobody asked for: the dispatcher binds to it
+    live: DatabaseLiveTurnStore | None = None  # where the dashboard sees turns as they run
 
     def accept(self, inbound: Inbound) -> StoredInbound | None:
         """Store an arriving message before it waits for its chat's turn; None when the
@@ -124,13 +129,32 @@ class Agent:
         due. With a `lease`, every write checks it is still held (`LeaseLost` if not).
         With `on_text`, the model's answers are streamed and shown there as they grow;
         the reply recorded is still the final text only, for the channel to `send`."""
-        token = _SHOWING.set(on_text)
+        live = self._live_turn(message, lease)
+        token = _SHOWING.set(tee(on_text, live.text) if live else on_text)
         media = _MEDIA.set(None)
+        live_token = _LIVE.set(live)
         try:
-            return await self._answer(message, lease)
+            reply = await self._answer(message, lease)
+        except BaseException:
+            if live is not None:
+                live.finish("failed", "")
+            raise
         finally:
+            _LIVE.reset(live_token)
             _MEDIA.reset(media)
             _SHOWING.reset(token)
+        if live is not None and reply is not None:
+            live.finish("failed" if reply.outbound.is_error else "done", reply.outbound.text)
+        elif live is not None:
+            live.finish("done", "")
+        return reply
+
+    def _live_turn(self, message: StoredInbound, lease: TurnLease | None) -> LiveTurn | None:
+        """The turn's live row (written from its first model call), or None unrecorded."""
+        if self.live is None or not message.inbound.respond:
+            return None
+        owner = lease.owner if lease is not None else PROCESS_OWNER
+        return LiveTurn(self.live, LiveTurnKey(message.chat.id, owner, message.id))
 
     async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
         inbound, chat = message.inbound, message.chat
@@ -286,7 +310,13 @@ class Agent:
             )  # fmt: skip
 
         allowed = len(calls) if budget is None else budget
-        return await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)
+        live = _LIVE.get()
+        if live is not None:
+            live.tool_calls(calls)
+        done = await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)
+        if live is not None:
+            live.tool_results(done)
+        return done
 
     async def final_reply(
         self, turn: TurnContext, pending: list[dict[str, Any]], answer: Completion | None
@@ -427,6 +457,11 @@ class Agent:
     async def _send(
         self, turn: TurnContext, plan: RequestPlan, messages: list[dict[str, Any]]
     ) -> Completion:
+        live = _LIVE.get()
+        if live is not None:
+            figures = {"tokens": plan.tokens, "window": plan.window,
+                       "answer_tokens": plan.answer_tokens}  # fmt: skip
+            live.request(request_summary(messages, plan.tools, figures))
         return await complete_recorded(
             self.llm,
             self.store,
