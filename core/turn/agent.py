@@ -16,8 +16,10 @@ from core.chat.media import (
     NO_VISION,
     MediaTurn,
     claim_no_vision_notice,
+    fit_images,
     has_media,
     keep_attachments,
+    planned_image_tokens,
     prepare_media,
     refuses_images,
     sees_images,
@@ -211,8 +213,13 @@ class Agent:
         return replace(message, inbound=replace(inbound, text=media.text)), media
 
     def _notice(self, turn: TurnContext, media: MediaTurn | None) -> str:
-        """What the reply says first: that the model cannot see images, once per chat."""
-        if media is None or not media.no_vision:
+        """What the reply says first: that the model cannot see images (once per chat), or
+        that the turn's images did not fit the window."""
+        if media is None:
+            return ""
+        if media.notice:
+            return media.notice + "\n\n"
+        if not media.no_vision:
             return ""
         return NO_VISION + "\n\n" if claim_no_vision_notice(self.files, turn.chat) else ""
 
@@ -411,6 +418,11 @@ class Agent:
             plan = await self.plan(turn, pending, tools=tools)
         if plan.tokens > plan.window:
             plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
+        media = _MEDIA.get()
+        if plan.tokens > plan.window and plan.images and media is not None:
+            # The images get the room the words leave them, shrunk to it (or left out).
+            await fit_images(self.config, media, plan.window - plan.tokens + plan.image_tokens)
+            plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
         return plan
 
     async def plan(
@@ -423,8 +435,9 @@ class Agent:
     ) -> RequestPlan:
         """The planned request with the extensions' current dynamic sections."""
         sections = await self.extensions.context_sections(turn)
+        images = planned_image_tokens(self.config, _MEDIA.get())
         return self.planner.plan(
-            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns
+            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns, images=images
         )
 
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
@@ -460,7 +473,8 @@ class Agent:
         live = _LIVE.get()
         if live is not None:
             figures = {"tokens": plan.tokens, "window": plan.window,
-                       "answer_tokens": plan.answer_tokens}  # fmt: skip
+                       "answer_tokens": plan.answer_tokens,
+                       "image_tokens": plan.image_tokens}  # fmt: skip
             live.request(request_summary(messages, plan.tools, figures))
         return await complete_recorded(
             self.llm,
@@ -493,9 +507,11 @@ class Agent:
 
 def overhead(plan: RequestPlan) -> int:
     """Estimated tokens of a request outside its summary and history: the prefix, the
-    dynamic context, the tools (when they reach the prompt), the request's own overhead."""
+    dynamic context, the turn's images, the tools (when they reach the prompt), the
+    request's own overhead."""
     tools = plan.tools if plan.tools_in_prompt else None
-    return plan.parts["prefix"] + plan.parts["dynamic"] + plan.estimator.request([], tools)
+    fixed = plan.parts["prefix"] + plan.parts["dynamic"] + plan.image_tokens
+    return fixed + plan.estimator.request([], tools)
 
 
 @contextmanager
