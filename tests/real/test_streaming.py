@@ -1,5 +1,6 @@
 """Streaming against the real llama-cpp-python server: its SSE deltas reach the channel's
-`show_partial` as the reply grows, and the text delivered is the reply stored, once."""
+`show_partial` as the reply grows, and the text delivered is the reply stored, once (and
+the one the dashboard's live turn ends with)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,9 @@ async def test_a_real_turn_streams_and_the_final_text_is_the_stored_reply(
         assert final.startswith(shown[-1].rstrip()[:20])
         replies = [text for role, text in stored(runtime, "stream") if role == "assistant"]
         assert replies == [final]
+        # The dashboard's live turn ends with the same text, its request planned in the window.
+        chat = runtime.store.find_chat("terminal", "stream")
+        assert chat is not None and runtime.agent.live is not None
+        live = runtime.agent.live.get(chat.id)
+        assert live is not None and (live.state, live.reply) == ("done", final)
+        assert 0 < live.request["tokens"] <= live.request["window"]
