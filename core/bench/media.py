@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from core.api import Attachment, Inbound
-from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
+from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, prompt_tokens_of
 from core.bench.support import bench_agent, echo_result, scripted_reply
 from core.chat.media import image_bytes_in
 from core.turn.agent import Agent
@@ -132,6 +132,8 @@ async def measure(turns: int, width: int, height: int, cap: int, window: int) ->
         "stored_session_image_bytes": image_bytes_in(history),
         "originals_kept_in_chat_files_bytes": kept,
         **_window_figures(plans, window),
+        # The fake server's own count (a token per 28-pixel patch of each image part).
+        "server_counted_tokens_max": max(prompt_tokens_of(r) for r in image_requests),
         "turn_ms": {
             "p50": round(statistics.median(spent) * 1000, 1),
             "p95": round(sorted(spent)[int(len(spent) * 0.95) - 1] * 1000, 1),
@@ -176,7 +178,9 @@ def bench_media(turns: int, width: int, height: int, cap: int, window: int, as_j
             f" over the cap: {result['turns_over_cap']}",
             f"window {window:,}: images planned at max {result['planned_image_tokens']['max']}"
             f" tokens; largest request ~{result['planned_request_tokens_max']:,} of"
-            f" {result['usable_window']:,}; over the window: {result['turns_over_window']};"
+            f" {result['usable_window']:,} (the server counted"
+            f" {result['server_counted_tokens_max']:,}); over the window:"
+            f" {result['turns_over_window']};"
             f" image left out: {result['turns_image_left_out']}",
             f"image parts per image turn: {result['image_parts_per_image_turn']};"
             f" in a later text turn: {result['image_parts_in_later_text_turn']}",

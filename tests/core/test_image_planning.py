@@ -15,7 +15,7 @@ from PIL import Image
 
 from bots.runtime import Runtime
 from core.api import Inbound
-from core.bench.fakes.fake_openai import FakeOpenAIServer
+from core.bench.fakes.fake_openai import FakeOpenAIServer, ServerTraits, prompt_tokens_of
 from core.chat.images import (
     DATA_URL_PREFIX,
     MIN_IMAGE_TOKENS,
@@ -124,6 +124,21 @@ async def test_context_shows_the_images_part(rt: Runtime) -> None:
     line = f"images: none (an image is sent with its own turn only; ~{report.image_cap_tokens}"
     assert line in report.render()
     rt.config.media.image_tokens = 576
-    assert "~576 tokens for an image at the pixel cap" in context_report(
-        rt.planner, chat, []
-    ).render()
+    assert (
+        "~576 tokens for an image at the pixel cap" in context_report(rt.planner, chat, []).render()
+    )
+
+
+async def test_the_server_counting_the_image_finds_the_request_within_its_window(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """The fake enforces n_ctx as llama.cpp does, counting each image part by its patches:
+    a 1600×1200 photo (~1,566 tokens whole) in a 2,048 window gets through, shrunk."""
+    fake_llm.traits = ServerTraits(n_ctx=2_048)
+    rt.config.llm.context_window = 2_048
+    rt.config.llm.max_output_tokens = 512
+    reply = await rt.agent.handle(with_image("what is this?", photo(1600, 1200)))
+    assert reply is not None and "(saw 1 image)" in reply.text
+    [request] = fake_llm.requests
+    assert len(image_parts(request)) == 1
+    assert prompt_tokens_of(request) + request["max_tokens"] <= 2_048
