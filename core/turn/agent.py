@@ -370,8 +370,9 @@ class Agent:
     ) -> Completion:
         """One model call with the request built afresh (pruned, compacted when over the
         threshold). What the server's refusal teaches is remembered and the call retried
-        once per lesson: a stated window (compact, retry), a template that refuses a late
-        system message (context moves into the user message), no tool support."""
+        once per lesson: a stated window (compact, retry; the turn's images shrunk or left
+        out), a template that refuses a late system message (context moves into the user
+        message), no tool support."""
         plan = await self.prepare_request(turn, pending, tools=tools)
         lessons: set[type[LLMError]] = set()
         while True:
@@ -383,6 +384,10 @@ class Agent:
                 lessons.add(type(exc))
                 logger.warning("model refused a request in %s (%s); retrying", turn.chat.key, exc)
                 overflow = isinstance(exc, ContextOverflow)
+            media = _MEDIA.get()
+            if overflow and media is not None and media.images:
+                # The images cost more than planned: half the room, or left out.
+                await fit_images(self.config, media, plan.image_tokens // 2)
             if overflow:
                 await self.compactor.compact(turn, "overflow", overhead(plan))
                 plan = await self.plan(turn, pending, tools=tools, protect_turns=1)

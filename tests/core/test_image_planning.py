@@ -142,3 +142,18 @@ async def test_the_server_counting_the_image_finds_the_request_within_its_window
     [request] = fake_llm.requests
     assert len(image_parts(request)) == 1
     assert prompt_tokens_of(request) + request["max_tokens"] <= 2_048
+
+
+async def test_an_image_the_server_counts_higher_than_planned_is_fitted_on_overflow(
+    rt: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """Planned at a fixed 100 tokens, the photo costs the server ~1,566: its overflow
+    error leaves the image out, and the turn is answered with the words."""
+    fake_llm.traits = ServerTraits(n_ctx=1_700)
+    rt.config.llm.context_window = 2_048
+    rt.config.llm.max_output_tokens = 512
+    rt.config.media.image_tokens = 100
+    reply = await rt.agent.handle(with_image("what is this?", photo(1600, 1200)))
+    assert reply is not None and reply.text.startswith(IMAGES_LEFT_OUT)
+    first, second = fake_llm.requests
+    assert len(image_parts(first)) == 1 and image_parts(second) == []
