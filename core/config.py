@@ -500,7 +500,9 @@ class MediaConfig(Section):
     `vision`: "auto" asks the model profile (or knows the model's name); "on"/"off" decide.
     `max_image_bytes` caps one image as sent (its base64 data URL); `max_image_pixels` caps
     its width × height after resizing; `max_source_pixels` refuses larger images unread
-    (decompression bombs). Voice is transcribed only with a `transcription_url` (an
+    (decompression bombs). `image_tokens` is what one image costs the model (0: one token
+    per 28-pixel patch); the request is planned with it, and an image that does not fit the
+    window is shrunk (or left out). Voice is transcribed only with a `transcription_url` (an
     OpenAI-compatible server's /v1); its key comes from the env var `transcription_key_env`.
     """
 
@@ -510,6 +512,7 @@ class MediaConfig(Section):
     max_source_pixels: int = Field(default=50_000_000, ge=100_000)
     max_download_bytes: int = Field(default=20_000_000, ge=100_000)
     jpeg_quality: int = Field(default=85, ge=30, le=95)
+    image_tokens: int = Field(default=0, ge=0)  # 0: estimated from the image's size
     transcription_url: str = ""
     transcription_model: str = "whisper-1"
     transcription_key_env: str = "MNEMO_TRANSCRIPTION_KEY"

@@ -34,8 +34,9 @@ BENCHES = {
     "kv": "KV-cache reuse of a long chat with memories on a real llama-cpp-python server.",
     "chaos": "Messages stored, answered and delivered after a kill -9, a SIGTERM and under load.",
     "scale": "Turns per second and CPU per turn: 1 process on SQLite, N on PostgreSQL.",
-    "media": "What TURNS image turns cost a chat: each request's growth against the cap, image"
-    " bytes left in the stored session (target 0), time per image turn.",
+    "media": "What TURNS image turns cost a chat: each request's growth against the cap, its"
+    " planned tokens against the window, image bytes left in the stored session (target 0),"
+    " time per image turn.",
 }
 
 

@@ -24,6 +24,7 @@ from bots.web.chat import WebChatChannel
 from bots.web.chat_page import ChatPage
 from bots.web.dashboard import Dashboard
 from bots.web.door import LoginThrottle, allowed_hosts
+from bots.web.live import LivePage
 from bots.web.pages import Pages
 from core.api import Chat
 from core.errors import InputError
@@ -82,6 +83,7 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         return _chat_endpoint(dashboard, _with_memory_id(handler))
 
     chat = "/chats/{chat_id}"
+    live = LivePage(dashboard, pages)
     memory = f"{chat}/memories/{{memory_id}}"
     return [
         Route("/login", actions.login_form, methods=["GET"]),
@@ -104,6 +106,8 @@ def routes(dashboard: Dashboard, pages: Pages, actions: Actions) -> list[BaseRou
         Route(f"{chat}/reflector", in_chat(pages.reflector)),
         Route(f"{chat}/subagents", in_chat(pages.subagents)),
         Route(f"{chat}/context", in_chat(pages.context)),
+        Route(f"{chat}/live", in_chat(live.page)),
+        Route(f"{chat}/live/events", in_chat(live.events)),
         # Browsers ask for /favicon.ico whatever the page links: no 404 in their console.
         Route("/favicon.ico", _favicon),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

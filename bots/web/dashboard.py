@@ -24,9 +24,11 @@ from core.model.probes import model_checks
 from core.model.profile import ModelProfile, Window, load_profile
 from core.storage.engine import Storage
 from core.storage.store import SessionStore
+from core.storage.stores import delivery_store, live_turn_store
 from core.subagents.run_store import DatabaseSubagentRunStore, SubagentRun
 from core.tasks.task_store import ScheduledTask, TaskStore
 from core.turn.extensions import Extensions
+from core.turn.live import LiveView, live_view
 from memory.hidden_text import visible_text
 from memory.injection import max_injectable, memories_section, select_within_budget
 from memory.keeper import MemoryKeeper
@@ -121,6 +123,13 @@ class Dashboard:
         if self.storage is None:
             return []
         return DatabaseSubagentRunStore(self.storage.database).recent(chat.id, limit)
+
+    def live_turn_of(self, chat: Chat) -> LiveView | None:
+        """The chat's turn in progress, or its last one (None without the database at hand
+        or before a turn of it reached the model). A read: it changes nothing."""
+        if self.storage is None:
+            return None
+        return live_view(live_turn_store(self.storage), delivery_store(self.storage), chat.id)
 
     # -- scheduled tasks -----------------------------------------------------------------
 

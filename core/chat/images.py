@@ -27,6 +27,13 @@ MAX_SHRINKS = 8
 # What an image adds to a request besides its data URL: the part's own JSON and the text
 # part its message's content becomes. Counted in, so a request grows by at most the cap.
 ENVELOPE_BYTES = 100
+# What an image costs in the model's context, when `[media] image_tokens` does not say: one
+# token per 28×28-pixel patch (Qwen2-VL and Qwen2.5-VL, the common local vision models, merge
+# 14-pixel patches 2×2), plus the markers around it. Models with a fixed cost per image
+# (LLaVA 576, Gemma 3 256) are set with `image_tokens`.
+PATCH_PIXELS = 28
+IMAGE_MARKER_TOKENS = 2
+MIN_IMAGE_TOKENS = 64  # an image shrunk below this (~220×220 pixels) is no use: left out
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,32 @@ class ImagePart:
 
     def to_openai(self) -> dict[str, object]:
         return {"type": "image_url", "image_url": {"url": self.url}}
+
+
+def image_tokens(part: ImagePart, fixed: int = 0) -> int:
+    """The tokens `part` is planned at: `fixed` (`[media] image_tokens`) when set, else one
+    per 28-pixel patch of its size."""
+    if fixed:
+        return fixed
+    patches = math.ceil(part.width / PATCH_PIXELS) * math.ceil(part.height / PATCH_PIXELS)
+    return patches + IMAGE_MARKER_TOKENS
+
+
+def shrunk_to_tokens(part: ImagePart, tokens: int, caps: MediaConfig) -> ImagePart | None:
+    """`part` re-encoded small enough to cost at most `tokens` (by its patches); None when
+    that is under `MIN_IMAGE_TOKENS` (too small to be of use)."""
+    if tokens < MIN_IMAGE_TOKENS:
+        return None
+    if image_tokens(part) <= tokens:
+        return part
+    # Patches are whole: aim at a side a patch shorter than the exact fit.
+    pixels = (tokens - IMAGE_MARKER_TOKENS) * PATCH_PIXELS**2
+    scale = math.sqrt(pixels / (part.width * part.height))
+    width = max(1, int(part.width * scale) - PATCH_PIXELS)
+    height = max(1, int(part.height * scale) - PATCH_PIXELS)
+    data = base64.b64decode(part.url.removeprefix(DATA_URL_PREFIX))
+    smaller = image_part(data, caps.model_copy(update={"max_image_pixels": width * height}))
+    return smaller if image_tokens(smaller) <= tokens else None
 
 
 def image_part(data: bytes, caps: MediaConfig) -> ImagePart:

@@ -20,7 +20,7 @@ from typing import Any
 
 from core.api import Attachment, Chat, Check, Inbound
 from core.chat.files import chat_prefix
-from core.chat.images import ImagePart, image_part
+from core.chat.images import ImagePart, image_part, image_tokens, shrunk_to_tokens
 from core.chat.voice import transcribe
 from core.config import Config
 from core.errors import ImageRejected, TranscriptionFailed
@@ -40,6 +40,9 @@ NO_VISION_MARK = f"{MEDIA_DIR}/no-vision-told.txt"
 NO_VISION = (
     "(This model cannot see images, so I only got your words. To send images, use a "
     'vision model, or set [media] vision = "on" if this one can.)'
+)
+IMAGES_LEFT_OUT = (
+    "(Your image did not fit in what this model can read at once, so I only got your words.)"
 )
 NO_VISION_NO_TEXT = "This model cannot see images; please describe it or add a caption."
 VISION_NAMES = (
@@ -211,6 +214,33 @@ def claim_no_vision_notice(files: FileStore, chat: Chat) -> bool:
         return False
     files.write_text(path, "told: this model cannot see images\n")
     return True
+
+
+def planned_image_tokens(config: Config, media: MediaTurn | None) -> list[int]:
+    """What each of the turn's images costs the model, as its requests are planned."""
+    if media is None:
+        return []
+    return [image_tokens(part, config.media.image_tokens) for part in media.images.values()]
+
+
+async def fit_images(config: Config, media: MediaTurn, room: int) -> None:
+    """Shrink the turn's images so that together they cost at most `room` tokens (re-encoded
+    smaller, in a worker thread). When they cannot (a fixed cost per image, or too little
+    room), they are left out and the reply says so: a request never goes over the window."""
+    share = room // max(1, len(media.images))
+    fitted: dict[str, ImagePart] = {}
+    if not config.media.image_tokens:
+        for mark, part in media.images.items():
+            smaller = await asyncio.to_thread(shrunk_to_tokens, part, share, config.media)
+            if smaller is None:
+                break
+            fitted[mark] = smaller
+    if fitted and len(fitted) == len(media.images):
+        media.images.update(fitted)
+        return
+    logger.info("%d images left out: %d tokens of room", len(media.images), room)
+    media.images.clear()
+    media.notice = IMAGES_LEFT_OUT
 
 
 def with_images(

@@ -76,10 +76,13 @@ class RequestPlan:
     context_to_keep: tuple[int, str] | None = None
     answer_tokens: int = 0  # the max_tokens to send: what the window keeps for the answer
     tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
+    images: int = 0  # image parts the request will carry (attached when it is sent)
+    image_tokens: int = 0  # what they cost the model, as planned (`core.chat.images`)
 
     @cached_property
     def tokens(self) -> int:
-        return self.estimator.request(self.messages, self.tools if self.tools_in_prompt else None)
+        tools = self.tools if self.tools_in_prompt else None
+        return self.estimator.request(self.messages, tools) + self.image_tokens
 
     @property
     def share(self) -> float:
@@ -189,10 +192,12 @@ class RequestPlanner:
         *,
         tools: bool,
         protect_turns: int | None = None,
+        images: Sequence[int] = (),
     ) -> RequestPlan:
         """The next request, pruned when its estimate passes `prune_threshold`.
 
         `protect_turns` forces pruning with that many protected user turns (emergency use).
+        `images` are the planned tokens of each image the request will carry (its turn's).
         """
         config = self.config
         estimator = estimator_for(self.store, config, self.model)
@@ -217,11 +222,13 @@ class RequestPlanner:
             sections=budgeted.meta,
             estimator=estimator,
             window=usable,
-            parts=_part_tokens(estimator, parts),
+            parts=_part_tokens(estimator, parts) | {"images": sum(images)},
             tools_in_prompt=in_prompt,
             context_to_keep=to_keep,
             answer_tokens=request_tokens_for(window.tokens, config.llm.max_output_tokens),
             tool_offer=offer,
+            images=len(images),
+            image_tokens=sum(images),
         )
         return self.pruned(plan, protect_turns)
 

@@ -7,8 +7,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.api import Chat, ContextSection
+from core.chat.images import ImagePart, image_tokens
+from core.config import MediaConfig
 from core.context.budget import SectionMeta
-from core.context.plan import RequestPlanner
+from core.context.plan import RequestPlan, RequestPlanner
 from core.model.profile import load_profile, model_label, server_disagrees
 from core.model.tokens import request_chars
 
@@ -46,6 +48,9 @@ class ContextReport:
     last_observed_ratio: float | None
     # The extensions' lines beyond the request (sub-agent runs with their provenance).
     notes: list[str] = field(default_factory=list)
+    image_count: int = 0  # image parts in the request (only an image turn's own requests)
+    image_tokens: int = 0  # what they cost, as planned
+    image_cap_tokens: int = 0  # what an image at the pixel cap is planned at
 
     @property
     def share(self) -> float:
@@ -59,6 +64,7 @@ class ContextReport:
             "history": self.history_tokens,
             "dynamic context": self.dynamic_tokens,
             "newest message": self.newest_tokens,
+            "images": self.image_tokens,
             "tool schemas": self.tools_tokens,
             "framing": self.framing_tokens,
         }
@@ -77,6 +83,13 @@ class ContextReport:
             tools += " (descriptions compacted to fit the tool budget)"
         left_out = [f"  - left out: {name} ({why})" for name, why in self.tools_left_out.items()]
         return [tools, *left_out]
+
+    def image_line(self) -> str:
+        """The images' part: an image goes only with its own turn's requests, planned in."""
+        cap = f"~{self.image_cap_tokens} tokens for an image at the pixel cap"
+        if not self.image_count:
+            return f"images: none (an image is sent with its own turn only; {cap})"
+        return f"images: {self.image_count}, ~{self.image_tokens} tokens ({cap})"
 
     def render(self) -> str:
         lines = [
@@ -105,6 +118,7 @@ class ContextReport:
             )
         pruned = ", minus pruned tool results" if self.would_prune else ""
         lines += [
+            self.image_line(),
             *self.tool_lines(),
             f"framing: ~{self.framing_tokens} tokens (the answer's turn header, rounding{pruned})",
             f"total: ~{self.total_tokens} of {self.effective_window} tokens"
@@ -125,6 +139,12 @@ class ContextReport:
         if self.window_warning:
             lines.append(f"warning: {self.window_warning}")
         return "\n".join([*lines, *self.notes])
+
+
+def cap_image_tokens(media: MediaConfig) -> int:
+    """What a 4:3 image at `max_image_pixels` is planned at (`[media] image_tokens` if set)."""
+    height = int((media.max_image_pixels * 3 / 4) ** 0.5)
+    return image_tokens(ImagePart("", height * 4 // 3, height), media.image_tokens)
 
 
 PEAK_KIND = "turn"  # the usage kind of chat requests (`core.turn.agent.USAGE_KIND`)
@@ -174,8 +194,7 @@ def context_report(
     prefix = plan.messages[0]["content"]
     window = planner.window()
     profile = load_profile(store, planner.model)
-    schemas = plan.estimator.chars(request_chars([], plan.tools)) if plan.tools else 0
-    tools_tokens = schemas if plan.tools_in_prompt else 0
+    tools_tokens = _tools_tokens(plan)
     return ContextReport(
         chat=chat.key,
         model=model_label(profile),
@@ -207,4 +226,19 @@ def context_report(
         calibration_samples=calibration.samples if calibration else 0,
         last_observed_ratio=calibration.last_ratio if calibration else None,
         notes=list(notes),
+        **_image_fields(plan, planner),
     )
+
+
+def _tools_tokens(plan: RequestPlan) -> int:
+    """The tool schemas' tokens (0 when the server's template drops them)."""
+    schemas = plan.estimator.chars(request_chars([], plan.tools)) if plan.tools else 0
+    return schemas if plan.tools_in_prompt else 0
+
+
+def _image_fields(plan: RequestPlan, planner: RequestPlanner) -> dict[str, int]:
+    return {
+        "image_count": plan.images,
+        "image_tokens": plan.image_tokens,
+        "image_cap_tokens": cap_image_tokens(planner.config.media),
+    }

@@ -8,6 +8,7 @@ from pathlib import Path
 from core.storage.delivery_store import DatabaseDeliveryStore
 from core.storage.engine import Storage
 from core.storage.file_store import DatabaseFileStore, DirectoryFileStore, FileStore
+from core.storage.live_turn_store import DatabaseLiveTurnStore
 from core.storage.session_store import DatabaseSessionStore
 from core.storage.store import DeliveryStore, SessionStore
 
@@ -18,6 +19,10 @@ def session_store(storage: Storage) -> SessionStore:
 
 def delivery_store(storage: Storage) -> DeliveryStore:
     return DatabaseDeliveryStore(storage.database)
+
+
+def live_turn_store(storage: Storage) -> DatabaseLiveTurnStore:
+    return DatabaseLiveTurnStore(storage.database)
 
 
 def file_store(storage: Storage, data_dir: Path) -> FileStore:

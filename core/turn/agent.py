@@ -16,8 +16,10 @@ from core.chat.media import (
     NO_VISION,
     MediaTurn,
     claim_no_vision_notice,
+    fit_images,
     has_media,
     keep_attachments,
+    planned_image_tokens,
     prepare_media,
     refuses_images,
     sees_images,
@@ -45,6 +47,7 @@ from core.model.profile import learn, load_profile
 from core.model.stream import INTERRUPTED, TextSink
 from core.model.usage import complete_recorded
 from core.storage.file_store import FileStore
+from core.storage.live_turn_store import DatabaseLiveTurnStore, LiveTurnKey
 from core.storage.store import (
     DeliveryStore,
     NewMessage,
@@ -58,6 +61,7 @@ from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
 from core.turn.citations import split_citations
 from core.turn.extensions import Extensions
+from core.turn.live import PROCESS_OWNER, LiveTurn, request_summary, tee
 from core.turn.loop_guard import RepeatGuard
 from core.turn.outgoing import Outgoing
 from core.turn.tool_round import run_tool_round
@@ -75,6 +79,8 @@ _SHOWING: ContextVar[TextSink | None] = ContextVar("showing", default=None)
 # This turn's media: its images are attached to its message in each request of the turn,
 # never stored (`core.chat.media`). Per task, like `_SHOWING`.
 _MEDIA: ContextVar[MediaTurn | None] = ContextVar("media", default=None)
+# This turn's live row for the dashboard (`core.turn.live`); None when not recorded.
+_LIVE: ContextVar[LiveTurn | None] = ContextVar("live", default=None)
 CONTINUE_REQUEST = {
     "role": "user",
     "content": "Your reply was cut off at the output limit. Continue exactly where it "
@@ -100,6 +106,7 @@ class Agent:
     deliveries: DeliveryStore
     files: FileStore
     outgoing: Outgoing  # messages nobody asked for: the dispatcher binds to it
+    live: DatabaseLiveTurnStore | None = None  # where the dashboard sees turns as they run
 
     def accept(self, inbound: Inbound) -> StoredInbound | None:
         """Store an arriving message before it waits for its chat's turn; None when the
@@ -124,13 +131,32 @@ class Agent:
         due. With a `lease`, every write checks it is still held (`LeaseLost` if not).
         With `on_text`, the model's answers are streamed and shown there as they grow;
         the reply recorded is still the final text only, for the channel to `send`."""
-        token = _SHOWING.set(on_text)
+        live = self._live_turn(message, lease)
+        token = _SHOWING.set(tee(on_text, live.text) if live else on_text)
         media = _MEDIA.set(None)
+        live_token = _LIVE.set(live)
         try:
-            return await self._answer(message, lease)
+            reply = await self._answer(message, lease)
+        except BaseException:
+            if live is not None:
+                live.finish("failed", "")
+            raise
         finally:
+            _LIVE.reset(live_token)
             _MEDIA.reset(media)
             _SHOWING.reset(token)
+        if live is not None and reply is not None:
+            live.finish("failed" if reply.outbound.is_error else "done", reply.outbound.text)
+        elif live is not None:
+            live.finish("done", "")
+        return reply
+
+    def _live_turn(self, message: StoredInbound, lease: TurnLease | None) -> LiveTurn | None:
+        """The turn's live row (written from its first model call), or None unrecorded."""
+        if self.live is None or not message.inbound.respond:
+            return None
+        owner = lease.owner if lease is not None else PROCESS_OWNER
+        return LiveTurn(self.live, LiveTurnKey(message.chat.id, owner, message.id))
 
     async def _answer(self, message: StoredInbound, lease: TurnLease | None) -> StoredReply | None:
         inbound, chat = message.inbound, message.chat
@@ -187,8 +213,13 @@ class Agent:
         return replace(message, inbound=replace(inbound, text=media.text)), media
 
     def _notice(self, turn: TurnContext, media: MediaTurn | None) -> str:
-        """What the reply says first: that the model cannot see images, once per chat."""
-        if media is None or not media.no_vision:
+        """What the reply says first: that the model cannot see images (once per chat), or
+        that the turn's images did not fit the window."""
+        if media is None:
+            return ""
+        if media.notice:
+            return media.notice + "\n\n"
+        if not media.no_vision:
             return ""
         return NO_VISION + "\n\n" if claim_no_vision_notice(self.files, turn.chat) else ""
 
@@ -286,7 +317,13 @@ class Agent:
             )  # fmt: skip
 
         allowed = len(calls) if budget is None else budget
-        return await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)
+        live = _LIVE.get()
+        if live is not None:
+            live.tool_calls(calls)
+        done = await run_tool_round(self.extensions.tools, turn, calls, allowed, spent, keep)
+        if live is not None:
+            live.tool_results(done)
+        return done
 
     async def final_reply(
         self, turn: TurnContext, pending: list[dict[str, Any]], answer: Completion | None
@@ -333,8 +370,9 @@ class Agent:
     ) -> Completion:
         """One model call with the request built afresh (pruned, compacted when over the
         threshold). What the server's refusal teaches is remembered and the call retried
-        once per lesson: a stated window (compact, retry), a template that refuses a late
-        system message (context moves into the user message), no tool support."""
+        once per lesson: a stated window (compact, retry; the turn's images shrunk or left
+        out), a template that refuses a late system message (context moves into the user
+        message), no tool support."""
         plan = await self.prepare_request(turn, pending, tools=tools)
         lessons: set[type[LLMError]] = set()
         while True:
@@ -346,6 +384,10 @@ class Agent:
                 lessons.add(type(exc))
                 logger.warning("model refused a request in %s (%s); retrying", turn.chat.key, exc)
                 overflow = isinstance(exc, ContextOverflow)
+            media = _MEDIA.get()
+            if overflow and media is not None and media.images:
+                # The images cost more than planned: half the room, or left out.
+                await fit_images(self.config, media, plan.image_tokens // 2)
             if overflow:
                 await self.compactor.compact(turn, "overflow", overhead(plan))
                 plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
@@ -381,6 +423,11 @@ class Agent:
             plan = await self.plan(turn, pending, tools=tools)
         if plan.tokens > plan.window:
             plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
+        media = _MEDIA.get()
+        if plan.tokens > plan.window and plan.images and media is not None:
+            # The images get the room the words leave them, shrunk to it (or left out).
+            await fit_images(self.config, media, plan.window - plan.tokens + plan.image_tokens)
+            plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
         return plan
 
     async def plan(
@@ -393,8 +440,9 @@ class Agent:
     ) -> RequestPlan:
         """The planned request with the extensions' current dynamic sections."""
         sections = await self.extensions.context_sections(turn)
+        images = planned_image_tokens(self.config, _MEDIA.get())
         return self.planner.plan(
-            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns
+            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns, images=images
         )
 
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
@@ -427,6 +475,12 @@ class Agent:
     async def _send(
         self, turn: TurnContext, plan: RequestPlan, messages: list[dict[str, Any]]
     ) -> Completion:
+        live = _LIVE.get()
+        if live is not None:
+            figures = {"tokens": plan.tokens, "window": plan.window,
+                       "answer_tokens": plan.answer_tokens,
+                       "image_tokens": plan.image_tokens}  # fmt: skip
+            live.request(request_summary(messages, plan.tools, figures))
         return await complete_recorded(
             self.llm,
             self.store,
@@ -458,9 +512,11 @@ class Agent:
 
 def overhead(plan: RequestPlan) -> int:
     """Estimated tokens of a request outside its summary and history: the prefix, the
-    dynamic context, the tools (when they reach the prompt), the request's own overhead."""
+    dynamic context, the turn's images, the tools (when they reach the prompt), the
+    request's own overhead."""
     tools = plan.tools if plan.tools_in_prompt else None
-    return plan.parts["prefix"] + plan.parts["dynamic"] + plan.estimator.request([], tools)
+    fixed = plan.parts["prefix"] + plan.parts["dynamic"] + plan.image_tokens
+    return fixed + plan.estimator.request([], tools)
 
 
 @contextmanager

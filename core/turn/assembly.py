@@ -15,7 +15,7 @@ from core.model.client import LLM
 from core.storage.engine import Storage
 from core.storage.file_store import FileStore
 from core.storage.store import DeliveryStore, SessionStore
-from core.storage.stores import delivery_store, file_store
+from core.storage.stores import delivery_store, file_store, live_turn_store
 from core.turn.agent import Agent
 from core.turn.extensions import Extensions
 from core.turn.hooks import Host, Plugin
@@ -46,4 +46,7 @@ def build_agent(
         if extension is not None:
             extensions.add(extension)
     deliveries = deliveries if deliveries is not None else delivery_store(storage)
-    return Agent(config, store, llm, extensions, planner, compactor, deliveries, files, outgoing)
+    return Agent(
+        config, store, llm, extensions, planner, compactor, deliveries, files, outgoing,
+        live=live_turn_store(storage),
+    )  # fmt: skip

@@ -147,12 +147,45 @@ class ServerTraits:
 
 
 def prompt_tokens_of(request: dict[str, Any], tools_dropped: bool = False) -> int:
-    """The fake tokenizer: four characters of the messages (and tools) per token."""
-    chars = len(json.dumps(request.get("messages", [])))
+    """The fake tokenizer: four characters of the messages (and tools) per token; an image
+    part as a vision model counts it (a token per 28-pixel patch, not its base64)."""
+    messages, images = _without_images(request.get("messages", []))
+    chars = len(json.dumps(messages))
     counted = not tools_dropped and request.get("tool_choice") not in (None, "none")
     if request.get("tools") and counted:
         chars += len(json.dumps(request["tools"]))
-    return chars // 4
+    return chars // 4 + images
+
+
+def _without_images(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """`messages` with their image parts taken out, and the tokens those parts cost."""
+    from core.chat.images import DATA_URL_PREFIX, ImagePart, image_tokens
+
+    kept, tokens = [], 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                url = str(part.get("image_url", {}).get("url", ""))
+                if part.get("type") == "image_url" and url.startswith(DATA_URL_PREFIX):
+                    size = _image_size(url.removeprefix(DATA_URL_PREFIX))
+                    tokens += image_tokens(ImagePart("", *size))
+                else:
+                    parts.append(part)
+            message = {**message, "content": parts}
+        kept.append(message)
+    return kept, tokens
+
+
+def _image_size(data: str) -> tuple[int, int]:
+    import base64
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(base64.b64decode(data))) as picture:
+        return picture.size
 
 
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "") -> dict[str, Any]:
