@@ -87,10 +87,35 @@ MNEMO = [sys.executable, "-m", "bots.cli"]
 _DATABASE_NUMBERS = itertools.count(1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first."""
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which it mends
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first, and each
+    `xdist_group` named in the test's id, where `--dist loadgroup` looks for it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
+    if config.getoption("loadgroup", False):
+        for item in items:
+            name_group(item)
+
+
+def name_group(item: pytest.Item) -> None:
+    """Append `@group` to the id of a test marked `xdist_group`, as pytest-xdist 3.8 does by
+    setting `item._nodeid`: pytest 9 reads `item._id` instead, so without this the mark is
+    ignored and the group's tests are spread over every worker."""
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    suffix = "@" + "_".join(sorted(names))
+    if not names or item.nodeid.endswith(suffix):
+        return
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(item.nodeid + suffix)
+    else:
+        item._nodeid = item.nodeid + suffix
 
 
 @pytest.fixture(scope="session", autouse="PYTEST_XDIST_WORKER" in os.environ)

@@ -23,8 +23,6 @@ from core.tasks.task_store import ScheduledTask, TaskStore
 from tests.bots.test_durability import ConfirmingTelegram
 from tests.conftest import start_mnemo, write_config
 
-# Timed kills: on xdist, one at a time (with tests/e2e/test_chaos.py).
-pytestmark = pytest.mark.xdist_group("signals")
 CHAT = 301
 REMINDER = "⏰ Reminder: stretch your legs"
 
