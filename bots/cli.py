@@ -71,7 +71,7 @@ INIT_HELP = "Write config.toml: find a model server (or the embedded demo model)
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
     """Mnemo: a chat-bot platform with long-term memory."""
-    from bots.runtime import configure_logging
+    from bots.logging_setup import configure_logging
     from core.config import resolve_config_path
 
     context = Context(resolve_config_path(config_path))

@@ -25,20 +25,6 @@ from core.turn.hooks import Plugin
 
 logger = logging.getLogger(__name__)
 
-PROGRESS_LOGGERS = ("memory.onnx_export",)
-HTTP_LOGGERS = (
-    "httpx",
-    "httpx2",
-    "httpcore",
-    "httpcore2",
-    "openai",
-    "telegram",
-    "discord",
-    "apscheduler",
-    "sentence_transformers",
-    "urllib3",
-)
-
 
 @dataclass
 class Runtime:
@@ -97,14 +83,3 @@ def build_runtime(config: Config, plugins: Sequence[Plugin] = PLUGINS) -> Runtim
         storage.close()
         raise
     return Runtime(config, storage, store, llm, agent, Dispatcher(agent))
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for name in HTTP_LOGGERS:
-        logging.getLogger(name).setLevel(max(logging.WARNING, getattr(logging, level)))
-    for name in PROGRESS_LOGGERS:  # a slow first start says what it does, whatever the level
-        logging.getLogger(name).setLevel(min(logging.INFO, getattr(logging, level)))

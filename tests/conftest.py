@@ -2,7 +2,8 @@
 real PostgreSQL server on 127.0.0.1 (started once per session, only if a test asks).
 
 `make test` runs the suite on pytest-xdist workers (`-n 4`): each worker has its own
-PostgreSQL server and embedder, and all share one model cache, exported once per run.
+PostgreSQL server and embedder, and all share one model cache, exported once per run (or
+copied from the user's cache when `mnemo memory prepare` already made the export there).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -27,6 +29,8 @@ from core.config import Config, StorageConfig, load_config
 from core.storage.db import Connection, connect
 from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
+from memory.model_files import cache_root
+from memory.onnx_embedder import MANIFEST, QUERY_FAILED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,7 +58,28 @@ def run_cache() -> str:
     made = tempfile.mkdtemp(prefix="mnemo-test-cache-")
     os.environ[RUN_CACHE] = made
     atexit.register(shutil.rmtree, made, ignore_errors=True)
+    seed_exports(cache_root() / "onnx", Path(made) / "onnx")
     return made
+
+
+def seed_exports(source: Path, target: Path) -> None:
+    """Copy the user's finished ONNX exports (`mnemo memory prepare`'s) into the run's cache,
+    so the run need not export again: only whole ones (every file the manifest lists, at its
+    size), the manifest last. What is missing or half-made is exported once, as without."""
+    for folder in sorted(source.glob("*/")) if source.is_dir() else []:
+        try:
+            sizes = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["sizes"]
+            copy = target / folder.name
+            copy.mkdir(parents=True)
+            for name, size in sizes.items():
+                shutil.copyfile(folder / name, copy / name)
+                if (copy / name).stat().st_size != size:
+                    raise ValueError(f"{folder / name} changed while copied")
+            if (folder / QUERY_FAILED).is_file():
+                shutil.copyfile(folder / QUERY_FAILED, copy / QUERY_FAILED)
+            shutil.copyfile(folder / MANIFEST, copy / MANIFEST)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            shutil.rmtree(target / folder.name, ignore_errors=True)
 
 
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
@@ -62,16 +87,42 @@ MNEMO = [sys.executable, "-m", "bots.cli"]
 _DATABASE_NUMBERS = itertools.count(1)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first."""
-    if "PYTEST_XDIST_WORKER" in os.environ:
-        items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which it mends
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist workers (each collects the same order): `SLOWEST_FIRST` first, and each
+    `xdist_group` named in the test's id, where `--dist loadgroup` looks for it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    items.sort(key=lambda item: not item.nodeid.startswith(SLOWEST_FIRST))
+    if config.getoption("loadgroup", False):
+        for item in items:
+            name_group(item)
+
+
+def name_group(item: pytest.Item) -> None:
+    """Append `@group` to the id of a test marked `xdist_group`, as pytest-xdist 3.8 does by
+    setting `item._nodeid`: pytest 9 reads `item._id` instead, so without this the mark is
+    ignored and the group's tests are spread over every worker."""
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    suffix = "@" + "_".join(sorted(names))
+    if not names or item.nodeid.endswith(suffix):
+        return
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(item.nodeid + suffix)
+    else:
+        item._nodeid = item.nodeid + suffix
 
 
 @pytest.fixture(scope="session", autouse="PYTEST_XDIST_WORKER" in os.environ)
 def embedder() -> Embedder:
     """The bundled all-MiniLM-L6-v2, loaded once per process. Its first load exports it to
-    ONNX in the run's cache; a lock makes the other workers wait for that one export. On
+    ONNX in the run's cache (unless `seed_exports` copied the export there); a lock makes the
+    other workers wait for that one export. On
     xdist workers it is loaded before the first test, so no test, nor a `mnemo` process it
     starts, makes the export again beside it."""
     with open(Path(os.environ["MNEMO_CACHE_DIR"]) / "export.lock", "w") as lock:

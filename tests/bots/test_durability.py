@@ -24,8 +24,6 @@ from core.storage.delivery_store import DatabaseDeliveryStore
 from core.storage.store import DeliveryTotals
 from tests.conftest import start_mnemo, write_config
 
-# Timed kills and shutdowns: on xdist, one at a time (with tests/e2e/test_chaos.py).
-pytestmark = pytest.mark.xdist_group("signals")
 CHATS = (201, 202, 203)
 
 

@@ -4,12 +4,7 @@ gone for good) and the fake model."""
 
 from __future__ import annotations
 
-import pytest
-
 from core.bench.chaos import kill_run, load_run
-
-# Timed kills and shutdowns: on xdist, one at a time (with tests/bots/test_durability.py).
-pytestmark = pytest.mark.xdist_group("signals")
 
 
 def test_kill_9_with_messages_queued_then_restart_loses_and_doubles_nothing() -> None:

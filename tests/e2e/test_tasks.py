@@ -19,12 +19,10 @@ from core.bench.fakes.fake_telegram import FakeTelegramServer, user
 from core.config import StorageConfig
 from core.storage.engine import open_storage
 from core.tasks.bench import run_fleet
-from core.tasks.task_store import TaskStore
+from core.tasks.task_store import ScheduledTask, TaskStore
 from tests.bots.test_durability import ConfirmingTelegram
 from tests.conftest import start_mnemo, write_config
 
-# Timed kills: on xdist, one at a time (with tests/e2e/test_chaos.py).
-pytestmark = pytest.mark.xdist_group("signals")
 CHAT = 301
 REMINDER = "⏰ Reminder: stretch your legs"
 
@@ -101,7 +99,7 @@ def test_a_reminder_due_in_2_s_is_delivered_once(
 def test_kill_9_before_it_falls_due_then_a_restart_delivers_it_once(
     tmp_path: Path, tg: ConfirmingTelegram
 ) -> None:
-    with FakeOpenAIServer(responder=SchedulingModel("in 8 seconds")) as llm:
+    with FakeOpenAIServer(responder=SchedulingModel("in 6 seconds")) as llm:
         config = config_for(tmp_path, llm, tg, "")
         process = start_mnemo(["run"], config, tmp_path)
         try:
@@ -111,7 +109,7 @@ def test_kill_9_before_it_falls_due_then_a_restart_delivers_it_once(
         finally:
             stop(process, signal.SIGKILL)
         assert REMINDER not in texts(tg)
-        time.sleep(8)  # it falls due while the bot is down
+        time.sleep(max(0.0, due_at(tmp_path) - time.time()) + 0.5)  # due while the bot is down
         process = start_mnemo(["run"], config, tmp_path)
         try:
             tg.wait_for(lambda s: REMINDER in texts(s), timeout=120)
@@ -120,12 +118,23 @@ def test_kill_9_before_it_falls_due_then_a_restart_delivers_it_once(
             stderr = stop(process)
     assert process.returncode == 0, stderr
     assert texts(tg).count(REMINDER) == 1
+    (task,) = every_task(tmp_path)
+    assert (task.status, task.runs) == ("done", 1)
+
+
+def every_task(tmp_path: Path) -> list[ScheduledTask]:
     storage = open_storage(StorageConfig(data_dir=tmp_path / "data"))
     try:
-        (task,) = TaskStore(storage.database).every_task(open_only=False)
+        return TaskStore(storage.database).every_task(open_only=False)
     finally:
         storage.close()
-    assert (task.status, task.runs) == ("done", 1)
+
+
+def due_at(tmp_path: Path) -> float:
+    """When the one task falls due (epoch seconds)."""
+    (task,) = every_task(tmp_path)
+    assert task.next_run_at is not None
+    return task.next_run_at
 
 
 def test_two_processes_on_one_postgresql_fire_each_task_once(fresh_postgres_url: str) -> None:
