@@ -1,6 +1,7 @@
 """Each chat's keyword posting lists, kept current from the memory change log
 (`memory.chat_cache`): a query after a change costs a small recent-segment rebuild, not a
-new index; a new process loads them from their saved snapshot (`memory.rank_snapshots`). `bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
+new index; a new process loads them from their saved snapshot (`memory.rank_snapshots`).
+`bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
 """
 
 from __future__ import annotations

@@ -312,20 +312,7 @@ def _bench_memory_on(
     results[f"{modes[0]}, just after a new memory"] = _after_changes(
         memories, chat_id, modes[0], rng, gap
     )
-    asked = [synthetic_query(rng) for _ in range(queries)]
-    results["(known-memory lookup, full text)"] = _timed(
-        asked, partial(_known_lookup, memories, chat_id), gap
-    )
-    database = storage.database
-    if isinstance(database, SqliteDatabase):
-        asked = [synthetic_query(rng) for _ in range(queries)]
-        fts = partial(_fts5_bm25, database.conn, chat_id)
-        results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
-    elif isinstance(database, PostgresDatabase) and embedder and database.pg.info.vector_loaded:
-        results.update(_pgvector_knn(database.pg, embedder, chat_id, rng, queries, gap))
-    if embedder is not None:
-        asked = [synthetic_query(rng) for _ in range(queries)]
-        results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
+    results.update(_side_figures(storage, memories, embedder, chat_id, rng, queries, gap))
     if reopen is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results.update(restart_figures(reopen, embedder, chat_id, asked, memories))
@@ -339,6 +326,35 @@ def _bench_memory_on(
     _print_memory_bench(
         count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
     )
+
+
+def _side_figures(
+    storage: Storage,
+    memories: Any,
+    embedder: Any,
+    chat_id: int,
+    rng: random.Random,
+    queries: int,
+    gap: float,
+) -> dict[str, dict[str, float]]:
+    """The known-memory lookup, the engine's own keyword or KNN search, query embedding."""
+    asked = [synthetic_query(rng) for _ in range(queries)]
+    results = {
+        "(known-memory lookup, full text)": _timed(
+            asked, partial(_known_lookup, memories, chat_id), gap
+        )
+    }
+    database = storage.database
+    if isinstance(database, SqliteDatabase):
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        fts = partial(_fts5_bm25, database.conn, chat_id)
+        results["(bm25 by FTS5 itself)"] = _timed(asked, fts, gap)
+    elif isinstance(database, PostgresDatabase) and embedder and database.pg.info.vector_loaded:
+        results.update(_pgvector_knn(database.pg, embedder, chat_id, rng, queries, gap))
+    if embedder is not None:
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
+    return results
 
 
 def _documents_cached(options: MemoryBenchOptions) -> Any:
