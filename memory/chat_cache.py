@@ -1,7 +1,8 @@
 """Per-chat data derived from memories, held in process and kept current from the change log.
 
-A derivation (the keyword posting lists, the chat's vectors) is built from the store at a
-chat's first query; later queries read the memory change log (triggers of migrations m0006
+A derivation (the keyword posting lists, the chat's vectors) is loaded from its saved
+snapshot at a chat's first query in a process (`memory.rank_snapshots`), or built from the
+store when there is none; later queries read the memory change log (triggers of migrations m0006
 and m0007, whichever process or connection wrote it) from where the data was last brought up
 to date and hand only the changed memories to `apply`. Log positions are read before the
 rows they cover, so a change that lands in between is applied again next time (applying a
@@ -12,14 +13,20 @@ bounded by the memories held.
 
 from __future__ import annotations
 
+import io
+import logging
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+import numpy as np
 
 from memory.store import Marks, MemoryStore
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T", bound=Sized)
 
@@ -56,6 +63,8 @@ class Derivation(Generic[T]):
     build: Callable[[MemoryStore, int | None, T | None], T]
     apply: Callable[[MemoryStore, int | None, T, list[int]], T]
     budget: Callable[[], int]  # memories held per connection (read at each use)
+    # A saved snapshot and the marks it is current to (`memory.rank_snapshots`), or None.
+    load: Callable[[MemoryStore, int | None], tuple[Marks, T] | None] | None = None
 
 
 _caches: weakref.WeakKeyDictionary[object, dict[str, ChatCache[Sized]]] = (
@@ -72,11 +81,23 @@ def _cache(store: MemoryStore, name: str) -> ChatCache[Sized]:
 
 def current(store: MemoryStore, chat_id: int | None, derivation: Derivation[T]) -> T:
     """The chat's derived data, brought up to date with the change log."""
+    return current_entry(store, chat_id, derivation)[1]
+
+
+def current_entry(
+    store: MemoryStore, chat_id: int | None, derivation: Derivation[T]
+) -> tuple[Marks, T]:
+    """The chat's derived data, up to date, and the change-log marks it is current to."""
     cache: ChatCache[T] = _cache(store, derivation.name)  # type: ignore[assignment]
     entry = cache.get(chat_id)
+    loaded = entry is None and derivation.load is not None
+    if loaded and derivation.load is not None:
+        entry = derivation.load(store, chat_id)
     changes = store.changes_since(chat_id, entry[0]) if entry is not None else None
     if entry is not None and changes is None:
-        return entry[1]
+        if loaded and not store.in_transaction():
+            cache.put(chat_id, entry[0], entry[1], derivation.budget())
+        return entry
     previous = entry[1] if entry is not None else None
     if previous is None or changes is None or changes.pruned_through:
         end = store.change_log_end()
@@ -86,7 +107,7 @@ def current(store: MemoryStore, chat_id: int | None, derivation: Derivation[T]) 
         value = derivation.apply(store, chat_id, previous, sorted(changes.memory_ids))
     if not store.in_transaction():
         cache.put(chat_id, marks, value, derivation.budget())
-    return value
+    return marks, value
 
 
 def put_current(
@@ -101,3 +122,50 @@ def put_current(
 def is_cached(store: MemoryStore, chat_id: int | None, derivation: Derivation[T]) -> bool:
     """Whether this process holds the chat's data (`/context` and tests ask; a read)."""
     return _cache(store, derivation.name).get(chat_id) is not None
+
+
+def held_chats(store: MemoryStore, derivation: Derivation[T]) -> list[int | None]:
+    """The chats whose data this process holds for the store's connection."""
+    cache = _cache(store, derivation.name)
+    with cache.lock:
+        return list(cache.entries)
+
+
+# -- saved snapshots (`memory.rank_snapshots`): numpy arrays in one `.npz` blob --------------
+
+SNAPSHOT_FORMAT = 1  # the arrays' layout; a blob of another one is not loaded (built afresh)
+
+
+def pack_arrays(arrays: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, format=np.asarray(SNAPSHOT_FORMAT), **arrays)
+    return buffer.getvalue()
+
+
+def unpack_arrays(data: bytes) -> dict[str, Any] | None:
+    with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
+        if int(loaded["format"]) != SNAPSHOT_FORMAT:
+            return None
+        return {name: loaded[name] for name in loaded.files}
+
+
+def load_saved(
+    store: MemoryStore,
+    chat_id: int | None,
+    kind: str,
+    model: str,
+    unpack: Callable[[dict[str, Any]], T],
+) -> tuple[Marks, T] | None:
+    """The chat's saved data of `kind` made with `model` and the marks it is current to;
+    None when there is none, or it cannot be read (logged: it is built instead)."""
+    snapshot = store.rank_snapshot(chat_id, kind)
+    if snapshot is None or snapshot.model != model:
+        return None
+    try:
+        arrays = unpack_arrays(snapshot.data)
+        value = None if arrays is None else unpack(arrays)
+    except (ValueError, KeyError, OSError, UnicodeDecodeError) as exc:
+        logger.warning("the saved %s of chat %s are unreadable (%s): building them", kind,
+                       chat_id, exc)  # fmt: skip
+        return None
+    return None if value is None else (snapshot.marks, value)

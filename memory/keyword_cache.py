@@ -1,15 +1,18 @@
 """Each chat's keyword posting lists, kept current from the memory change log
 (`memory.chat_cache`): a query after a change costs a small recent-segment rebuild, not a
-new index. `bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
+new index; a new process loads them from their saved snapshot (`memory.rank_snapshots`).
+`bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
 """
 
 from __future__ import annotations
 
-from memory.chat_cache import Derivation, current
+from memory.chat_cache import Derivation, current, load_saved
 from memory.posting_lists import PostingLists, query_terms
-from memory.store import MemoryStore
+from memory.posting_snapshot import lists_from_arrays
+from memory.store import Marks, MemoryStore
 
 CACHE_MEMORIES = 200_000  # memories kept in posting lists per connection, across chats
+KEYWORDS = "keywords"  # the kind of their saved snapshots (`memory.rank_snapshots`)
 
 
 def _build(store: MemoryStore, chat_id: int | None, previous: PostingLists | None) -> PostingLists:
@@ -24,8 +27,12 @@ def _apply(
     return previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
 
 
+def _load(store: MemoryStore, chat_id: int | None) -> tuple[Marks, PostingLists] | None:
+    return load_saved(store, chat_id, KEYWORDS, "", lists_from_arrays)
+
+
 KEYWORD_LISTS: Derivation[PostingLists] = Derivation(
-    "keyword lists", _build, _apply, lambda: CACHE_MEMORIES
+    "keyword lists", _build, _apply, lambda: CACHE_MEMORIES, _load
 )
 
 

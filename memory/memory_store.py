@@ -18,7 +18,7 @@ from typing import Any
 from core.clock import iso_utc, now_iso, utc_now
 from core.errors import InputError
 from core.storage.database import Database
-from memory import note_store, tombstone_store
+from memory import note_store, rank_snapshot_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index
 from memory.sqlite_index import embedding_text
@@ -32,6 +32,7 @@ from memory.store import (
     Memory,
     NoteChange,
     RankingRows,
+    RankSnapshot,
     Tombstones,
     Vector,
     VectorRows,
@@ -236,6 +237,7 @@ class DatabaseMemoryStore:
             self.db.write("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
             self.index.forget_scope_log(chat_id)
             tombstone_store.forget_scope(self.db, chat_id)
+            self.drop_rank_snapshots(chat_id)
         return len(ids)
 
     def forget(self, memory_id: int, *, forgotten_by: str, speaker: str = "") -> None:
@@ -243,9 +245,12 @@ class DatabaseMemoryStore:
         with self.db.transaction():
             tombstone_store.bury(self.db, memory, forgotten_by, speaker)
             self.delete(memory_id)
+            # Saved ranking data holds its words and vector: it goes, and is saved again
+            # without them (`memory.rank_snapshots.checkpoint`).
+            self.drop_rank_snapshots(memory.chat_id, every_chat=memory.chat_id is None)
         # SQLite: the WAL's older copies of it; PostgreSQL: its dead row out of the table
         # and its indexes (both no-ops inside a transaction).
-        self.db.scrub_deleted(("memories",))
+        self.db.scrub_deleted(("memories", "memory_rank_snapshots"))
 
     def tombstones(self, chat_id: int | None) -> Tombstones:
         return tombstone_store.of_scope(self.db, chat_id)
@@ -422,6 +427,18 @@ class DatabaseMemoryStore:
     def prune_change_log(self) -> int:
         return self.index.prune_log()
 
+    def rank_snapshot(self, chat_id: int | None, kind: str) -> RankSnapshot | None:
+        return rank_snapshot_store.load(self.db, scope_of(chat_id), kind)
+
+    def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
+        return rank_snapshot_store.marks_of(self.db, scope_of(chat_id), kind)
+
+    def save_rank_snapshot(self, chat_id: int | None, kind: str, snapshot: RankSnapshot) -> None:
+        rank_snapshot_store.save(self.db, scope_of(chat_id), kind, snapshot)
+
+    def drop_rank_snapshots(self, chat_id: int | None, *, every_chat: bool = False) -> int:
+        return rank_snapshot_store.drop(self.db, None if every_chat else scope_of(chat_id))
+
     # -- upkeep ------------------------------------------------------------------------
 
     def stale_ids(self, confidence_floor: float, days: int, limit: int) -> Ids:
@@ -481,6 +498,7 @@ class DatabaseMemoryStore:
     def reindex(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the keyword index and every vector; how many memories were embedded."""
         self.index.reset(clear_vectors=self._vector_model() is not None)
+        self.drop_rank_snapshots(None, every_chat=True)
         total = 0
         while True:
             done = self.embed_missing(limit=1000, progress=progress)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +112,49 @@ def _tokenised(
     return found
 
 
+def renumbered(
+    items: dict[int, Tokenised], vocabulary: dict[str, int]
+) -> tuple[dict[int, Tokenised], dict[str, int]]:
+    """`items` with their terms numbered afresh by a vocabulary of only the terms they hold
+    (from the term numbers: a memory loaded from a snapshot keeps no text)."""
+    names = [""] * len(vocabulary)
+    for term, number in vocabulary.items():
+        names[number] = term
+    held = [item.terms for item in items.values()]
+    used = np.unique(np.concatenate(held)) if held else np.zeros(0, np.int64)
+    mapping = np.zeros(len(vocabulary) + 1, np.int64)
+    mapping[used] = np.arange(len(used))
+    fresh = {names[int(number)]: place for place, number in enumerate(used.tolist())}
+    return {
+        memory_id: Tokenised(
+            item.content, item.context, mapping[item.terms], item.content_terms, item.distinct
+        )
+        for memory_id, item in items.items()
+    }, fresh
+
+
+class PackedRows(Mapping[int, Tokenised]):
+    """A loaded segment's memories (`memory.rank_snapshots`): term numbers in one array,
+    made into a `Tokenised` (with no text) when asked for."""
+
+    def __init__(self, ids: Any, bounds: Any, terms: Any, content: Any, distinct: Any) -> None:
+        self.ids, self.bounds, self.terms = ids, bounds, terms
+        self.content, self.distinct = content, distinct
+        self.where = {memory_id: place for place, memory_id in enumerate(ids.tolist())}
+
+    def __getitem__(self, memory_id: int) -> Tokenised:
+        place = self.where[memory_id]
+        start, end = int(self.bounds[place]), int(self.bounds[place + 1])
+        terms = self.terms[start:end].astype(np.int64)
+        return Tokenised("", "", terms, int(self.content[place]), int(self.distinct[place]))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+
 @dataclass(frozen=True)
 class Segment:
     """Posting lists of a fixed set of memories, their terms numbered by a shared vocabulary.
@@ -129,7 +172,7 @@ class Segment:
     positions: Any  # numpy int64
     weights: Any  # numpy float64
     in_content: Any  # numpy bool
-    rows: dict[int, Tokenised]
+    rows: Mapping[int, Tokenised]  # a `PackedRows` when loaded from a snapshot
     where: dict[int, int]  # memory id -> position
 
     @classmethod
@@ -211,9 +254,7 @@ class PostingLists:
         lists = cls._assemble(vocabulary, base, np.ones(len(base.ids), bool), Segment.build({}, 0))
         if not lists.stale():
             return lists
-        fresh: dict[str, int] = {}
-        texts = [(memory_id, item.content, item.context) for memory_id, item in items.items()]
-        return cls._merged(_tokenised(texts, {}, fresh), fresh)
+        return cls._merged(*renumbered(items, vocabulary))
 
     @classmethod
     def _assemble(

@@ -117,6 +117,16 @@ class Changes:
     pruned_through: int  # 0 unless the log lost entries the lists may not have seen
 
 
+@dataclass(frozen=True)
+class RankSnapshot:
+    """A saved blob of a chat's ranking data (`memory.rank_snapshots`) and what it is
+    current to."""
+
+    marks: Marks
+    model: str  # a vector snapshot's embedding model and dimension; '' for keywords
+    data: bytes
+
+
 def memory_from_row(row: Sequence[Any]) -> Memory:
     """A `Memory` from a row of the columns in table order (both engines select them so)."""
     return Memory(
@@ -328,6 +338,23 @@ class MemoryStore(Protocol):
     def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None: ...
 
     def prune_change_log(self) -> int: ...
+
+    def rank_snapshot(self, chat_id: int | None, kind: str) -> RankSnapshot | None:
+        """The chat's saved ranking data of `kind` (`memory.rank_snapshots`), if any."""
+        ...
+
+    def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
+        """The marks of the saved snapshot, without its blob."""
+        ...
+
+    def save_rank_snapshot(
+        self, chat_id: int | None, kind: str, snapshot: RankSnapshot
+    ) -> None: ...
+
+    def drop_rank_snapshots(self, chat_id: int | None, *, every_chat: bool = False) -> int:
+        """Drop the chat's saved ranking data (`every_chat`: every chat's, as a global
+        memory is in each); how many snapshots went."""
+        ...
 
     # -- upkeep
     def stale_ids(self, confidence_floor: float, days: int, limit: int) -> Ids: ...

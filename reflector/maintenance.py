@@ -1,10 +1,12 @@
 """Memory upkeep run once per reflector pass: archive stale, delete expired, embed missing,
-prune the change log."""
+prune the change log, save the ranking data of the chats this process holds where the
+saved copy is behind (`memory.rank_snapshots`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory.rank_snapshots import checkpoint_held
 from memory.store import MemoryStore
 
 STALE_DAYS = 30
@@ -18,12 +20,14 @@ class MaintenanceReport:
     deleted: int
     embedded: int
     log_pruned: int = 0  # rows dropped from the memory change log
+    snapshots_saved: int = 0  # chats' ranking data saved for the next start
 
     def summary(self) -> str:
         return (
             f"maintenance: {self.archived} archived (low confidence, unseen "
             f"{STALE_DAYS} days), {self.deleted} expired deleted, {self.embedded} embedded"
             + (f", {self.log_pruned} change-log rows pruned" if self.log_pruned else "")
+            + (f", {self.snapshots_saved} ranking snapshots saved" if self.snapshots_saved else "")
         )
 
 
@@ -57,4 +61,6 @@ def maintain(
     embedded = 0
     if embedding_store is not None:
         embedded = embedding_store.embed_missing(limit=EMBED_PER_PASS)
-    return MaintenanceReport(archived, deleted, embedded, memories.prune_change_log())
+    pruned = memories.prune_change_log()
+    saved = checkpoint_held(embedding_store or memories)
+    return MaintenanceReport(archived, deleted, embedded, pruned, saved)

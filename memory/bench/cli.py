@@ -12,6 +12,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from memory.bench.techniques import TECHNIQUES
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
 CHANGED_QUERIES = 100  # `bench memory`: queries each just after a new memory
+FILL_BATCH = 2_000  # `bench memory`: memories embedded at a time
 LOCOMO_CREDIT = "LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0; evidence recall (cov@k)"
 
 
@@ -230,6 +232,13 @@ def synthetic_query(rng: random.Random) -> str:
     is_flag=True,
     help="Bench on a throwaway PostgreSQL server started for the run (core.bench.fakes.postgres).",
 )
+@click.option(
+    "--embedding-cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file keeping the synthetic memories' vectors between runs (queries are always"
+    " embedded, and timed).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_memory(
     count: int,
@@ -239,6 +248,7 @@ def bench_memory(
     gap: float,
     storage_url: str | None,
     test_postgres: bool,
+    embedding_cache: Path | None,
     as_json: bool,
 ) -> None:
     """Ranking latency (query embedding included) for one chat of N memories."""
@@ -252,7 +262,8 @@ def bench_memory(
         storage = _bench_storage(work, storage_url)
         stack.callback(storage.close)
         reopen = partial(_bench_storage, work, storage_url)
-        _bench_memory_on(storage, count, queries, retrievers, query_precision, gap, as_json, reopen)
+        options = MemoryBenchOptions(retrievers, query_precision, gap, embedding_cache)
+        _bench_memory_on(storage, count, queries, options, as_json, reopen)
 
 
 def _bench_storage(work: Path, url: str | None) -> Storage:
@@ -263,39 +274,76 @@ def _bench_storage(work: Path, url: str | None) -> Storage:
     return open_storage(StorageConfig(url=url or f"sqlite:///{work / 'bench.db'}"))
 
 
+@dataclass(frozen=True)
+class MemoryBenchOptions:
+    retrievers: tuple[str, ...] = ()
+    query_precision: str = "int8"
+    gap: float = 0.0
+    embedding_cache: Path | None = None  # documents' vectors kept between runs
+
+
 def _bench_memory_on(
     storage: Storage,
     count: int,
     queries: int,
-    retrievers: tuple[str, ...],
-    query_precision: str,
-    gap: float,
+    options: MemoryBenchOptions,
     as_json: bool,
     reopen: Callable[[], Storage] | None = None,
 ) -> None:
-    from memory.bench.restart import restart_figures
-    from memory.embeddings import load_embedder
+    from memory.bench.restart import restart_figures, vector_recall
     from memory.stores import memory_store
 
     rng = random.Random(7)
-    embedder = load_embedder("", query_precision)
+    embedder = _documents_cached(options)
+    gap = options.gap
     chat_id, other_id = _bench_chats(storage)
     memories = memory_store(storage, embedder)
     started = time.perf_counter()
     _fill(memories, embedder, (chat_id, other_id), count, rng)
     ingest_s = time.perf_counter() - started
+    if hasattr(embedder, "inner"):  # the cached document vectors go: not part of the RSS
+        embedder = embedder.inner
+        memories = memory_store(storage, embedder)
     results = _first_builds(memories, chat_id)
-    modes = list(retrievers or RETRIEVERS)
+    modes = list(options.retrievers or RETRIEVERS)
     for mode in modes:
         asked = [synthetic_query(rng) for _ in range(queries)]  # fresh: no cached vectors
         results[mode] = _timed(asked, partial(_rank_once, memories, chat_id, mode), gap)
     results[f"{modes[0]}, just after a new memory"] = _after_changes(
         memories, chat_id, modes[0], rng, gap
     )
-    asked = [synthetic_query(rng) for _ in range(queries)]
-    results["(known-memory lookup, full text)"] = _timed(
-        asked, partial(_known_lookup, memories, chat_id), gap
+    results.update(_side_figures(storage, memories, embedder, chat_id, rng, queries, gap))
+    if reopen is not None:
+        asked = [synthetic_query(rng) for _ in range(queries)]
+        results.update(restart_figures(reopen, embedder, chat_id, asked, memories))
+    if embedder is not None and memories.vectors_unavailable() is None:
+        asked = [synthetic_query(rng) for _ in range(min(queries, 100))]
+        results["(vectors: recall@10 against exact)"] = vector_recall(
+            memories, embedder, chat_id, asked
+        )
+    precision = getattr(embedder, "query_precision", "none (no model)")
+    results["(ingest)"] = {"per_s": round(count / max(ingest_s, 1e-9), 1)}
+    _print_memory_bench(
+        count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
     )
+
+
+def _side_figures(
+    storage: Storage,
+    memories: Any,
+    embedder: Any,
+    chat_id: int,
+    rng: random.Random,
+    queries: int,
+    gap: float,
+) -> dict[str, dict[str, float]]:
+    """The known-memory lookup, the engine's own keyword or KNN search, query embedding."""
+    asked = [synthetic_query(rng) for _ in range(queries)]
+    results = {
+        "(known-memory lookup, full text)": _timed(
+            asked, partial(_known_lookup, memories, chat_id), gap
+        )
+    }
     database = storage.database
     if isinstance(database, SqliteDatabase):
         asked = [synthetic_query(rng) for _ in range(queries)]
@@ -306,13 +354,18 @@ def _bench_memory_on(
     if embedder is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results["(query embedding alone)"] = _timed(asked, embedder.embed_query, gap)
-    if reopen is not None:
-        asked = [synthetic_query(rng) for _ in range(queries)]
-        results.update(restart_figures(reopen, embedder, chat_id, asked))
-    precision = getattr(embedder, "query_precision", "none (no model)")
-    _print_memory_bench(
-        count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
-    )
+    return results
+
+
+def _documents_cached(options: MemoryBenchOptions) -> Any:
+    """The embedder, its document vectors kept in `options.embedding_cache` if given."""
+    from memory.bench.embedding_cache import CachingEmbedder
+    from memory.embeddings import load_embedder
+
+    embedder = load_embedder("", options.query_precision)
+    if embedder is None or options.embedding_cache is None:
+        return embedder
+    return CachingEmbedder(embedder, options.embedding_cache, queries=False)
 
 
 def _fill(
@@ -324,10 +377,14 @@ def _fill(
 ) -> None:
     """`count` synthetic memories, one in ten in the neighbour chat (`chats[1]`)."""
     texts = [synthetic_memory(rng) for _ in range(count)]
-    vectors = embedder.embed(texts) if embedder is not None else [None] * count
-    for number, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
-        owner = chats[1] if number % 10 == 9 else chats[0]
-        memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+    for start in range(0, count, FILL_BATCH):
+        batch = texts[start : start + FILL_BATCH]
+        vectors = embedder.embed(batch) if embedder is not None else [None] * len(batch)
+        for number, (text, vector) in enumerate(zip(batch, vectors, strict=True), start):
+            owner = chats[1] if number % 10 == 9 else chats[0]
+            memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+    if hasattr(embedder, "save"):
+        embedder.save()  # the documents' vectors, for the next run
 
 
 def _first_builds(memories: Any, chat_id: int) -> dict[str, dict[str, float]]:
@@ -519,10 +576,13 @@ def _print_memory_bench(
         extra = "".join(
             f"  {key} {value}" for key, value in figures.items() if not key.endswith("_ms")
         )
-        click.echo(
-            f"  {mode:<40} p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
-            f"  max {figures['max_ms']:.2f} ms{extra}"
+        timing = (
+            f"p50 {figures['p50_ms']:.2f} ms  p95 {figures['p95_ms']:.2f} ms"
+            f"  max {figures['max_ms']:.2f} ms"
+            if "p50_ms" in figures
+            else ""
         )
+        click.echo(f"  {mode:<40} {timing}{extra}")
 
 
 @click.command("recall")

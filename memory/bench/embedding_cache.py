@@ -15,14 +15,15 @@ from memory.embeddings import Embedder
 class CachingEmbedder:
     """`inner`'s vectors, each document and query text embedded once."""
 
-    def __init__(self, inner: Embedder, path: Path | None = None) -> None:
+    def __init__(self, inner: Embedder, path: Path | None = None, queries: bool = True) -> None:
         self.inner = inner
+        self.cache_queries = queries  # False: queries are embedded each time (timed benches)
         self.model_name = inner.model_name
         self.dim = inner.dim
         self.query_precision = getattr(inner, "query_precision", "float32")
         self.path = path
-        self._documents: dict[str, list[float]] = {}
-        self._queries: dict[str, list[float]] = {}
+        self._documents: dict[str, Any] = {}  # text -> list of floats or numpy row
+        self._queries: dict[str, Any] = {}
         if path is not None and path.exists():
             self._load(path)
 
@@ -30,12 +31,14 @@ class CachingEmbedder:
         missing = list(dict.fromkeys(t for t in texts if t not in self._documents))
         if missing:
             self._documents.update(zip(missing, self.inner.embed(missing), strict=True))
-        return [self._documents[text] for text in texts]
+        return [_as_list(self._documents[text]) for text in texts]
 
     def embed_query(self, text: str) -> list[float]:
+        if not self.cache_queries:
+            return self.inner.embed_query(text)
         if text not in self._queries:
             self._queries[text] = self.inner.embed_query(text)
-        return self._queries[text]
+        return _as_list(self._queries[text])
 
     def save(self) -> None:
         """Write every vector to the cache file (if one was given)."""
@@ -58,5 +61,10 @@ class CachingEmbedder:
         if list(data["key"]) != [self.model_name, self.query_precision]:
             return  # another model or precision: start afresh
         for kind, into in (("doc", self._documents), ("query", self._queries)):
-            for text, vector in zip(data[f"{kind}_texts"], data[f"{kind}_vectors"], strict=True):
-                into[str(text)] = [float(x) for x in vector]
+            # numpy rows (a list of floats only when asked for: 100,000 vectors as Python
+            # floats would take over a gigabyte)
+            into.update(zip(map(str, data[f"{kind}_texts"]), data[f"{kind}_vectors"], strict=True))
+
+
+def _as_list(vector: Any) -> list[float]:
+    return vector if isinstance(vector, list) else [float(x) for x in vector.tolist()]

@@ -1,6 +1,8 @@
 """`mnemo bench memory`'s restart figures: the first query of a chat in a new process (a
-new connection, nothing held in process), cold and after the start's warm-up
-(`memory.warm_up`), and the process's memory use."""
+new connection, nothing held in process) without and with a saved ranking snapshot
+(`memory.rank_snapshots`) and after the start's warm-up (`memory.warm_up`); the snapshot's
+save time and size; the vectors' recall@10 against an exact float32 scan; the process's
+memory use."""
 
 from __future__ import annotations
 
@@ -48,12 +50,23 @@ def _first_query(reopen: Callable[[], Storage], embedder: Any, chat_id: int, war
 
 
 def restart_figures(
-    reopen: Callable[[], Storage], embedder: Any, chat_id: int, queries: list[str]
+    reopen: Callable[[], Storage], embedder: Any, chat_id: int, queries: list[str], store: Any
 ) -> dict[str, dict[str, float]]:
-    """First query after a start, cold and warmed up, over RESTARTS new connections."""
-    cold = [_first_query(reopen, embedder, chat_id, False, q)[1] for q in queries[:RESTARTS]]
-    warmed = [_first_query(reopen, embedder, chat_id, True, q) for q in queries[:RESTARTS]]
+    """First query after a start over RESTARTS new connections: with no snapshot saved,
+    with one (cold), and warmed up; and the time to save the snapshot."""
+    from memory.rank_snapshots import checkpoint
+
+    asked = queries[:RESTARTS]
+    store.drop_rank_snapshots(None, every_chat=True)
+    unsaved = [_first_query(reopen, embedder, chat_id, False, q)[1] for q in asked]
+    began = time.perf_counter()
+    checkpoint(store, chat_id, 0)
+    saved_ms = (time.perf_counter() - began) * 1000
+    cold = [_first_query(reopen, embedder, chat_id, False, q)[1] for q in asked]
+    warmed = [_first_query(reopen, embedder, chat_id, True, q) for q in asked]
     return {
+        "(first query after a start, nothing saved)": _spread(unsaved),
+        "(ranking snapshot saved)": _spread([saved_ms]),
         "(first query after a start, cold)": _spread(cold),
         "(warm-up at start, in the background)": _spread([w for w, _ in warmed]),
         "(first query after a start, warmed up)": _spread([q for _, q in warmed]),
@@ -67,3 +80,25 @@ def _spread(timings: list[float]) -> dict[str, float]:
         "p95_ms": round(ordered[-1], 2),
         "max_ms": round(ordered[-1], 2),
     }
+
+
+def vector_recall(store: Any, embedder: Any, chat_id: int, queries: list[str]) -> dict[str, float]:
+    """recall@10 of the held vectors' search (binary codes, then exact re-scoring) against
+    an exact float32 scan of every vector of the chat."""
+    import numpy as np
+
+    from memory.vector_cache import chat_vectors
+
+    rows = store.vector_rows(chat_id)
+    ids = np.asarray([row[0] for row in rows], dtype=np.int64)
+    matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32)
+    matrix = matrix.reshape(len(rows), -1)
+    matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    found = total = 0
+    for query in queries:
+        vector = np.asarray(embedder.embed_query(query), dtype=np.float32)
+        exact = set(ids[np.argsort(-(matrix @ vector))[:10]].tolist())
+        nearest, _ = chat_vectors(store, chat_id).search(vector.tolist(), 10)
+        found += len(exact & {memory_id for memory_id, _ in nearest})
+        total += len(exact)
+    return {"recall_at_10": round(found / max(total, 1), 4), "queries": len(queries)}

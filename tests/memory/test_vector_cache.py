@@ -22,7 +22,7 @@ def as_dict(vectors: ChatVectors, query: list[float]) -> dict[int, float]:
     return dict(nearest)
 
 
-def test_search_is_exact_and_gathers_the_asked_ids() -> None:
+def test_search_is_exact_up_to_float16_and_gathers_the_asked_ids() -> None:
     rng = np.random.default_rng(1)
     matrix = rng.normal(size=(50, 8)).astype(np.float32)
     rows = [(i + 1, matrix[i].tobytes()) for i in range(50)]
@@ -32,8 +32,8 @@ def test_search_is_exact_and_gathers_the_asked_ids() -> None:
     expected = unit @ (np.asarray(query) / np.linalg.norm(query))
     nearest, hits = vectors.search(query, 5, also=[3, 7, 999])
     assert [mid for mid, _ in nearest] == [int(i) + 1 for i in np.argsort(-expected)[:5]]
-    assert nearest[0][1] == pytest.approx(float(expected.max()), abs=1e-5)
-    assert set(hits) == {3, 7} and hits[3] == pytest.approx(float(expected[2]), abs=1e-5)
+    assert nearest[0][1] == pytest.approx(float(expected.max()), abs=1e-3)
+    assert set(hits) == {3, 7} and hits[3] == pytest.approx(float(expected[2]), abs=1e-3)
     assert ChatVectors.build([]).search(query, 5) == ([], {})
 
 
@@ -79,7 +79,7 @@ def test_random_changes_keep_every_chat_equal_to_a_fresh_build(
                 ours = as_dict(chat_vectors(store, chat_id), query)
                 expected = as_dict(fresh, query)
                 assert ours.keys() == expected.keys()
-                assert all(abs(ours[k] - expected[k]) < 1e-5 for k in ours)
+                assert all(abs(ours[k] - expected[k]) < 1e-3 for k in ours)  # float16 base
 
 
 def test_a_memory_embedded_later_reaches_the_held_vectors(conn: Connection) -> None:
@@ -93,3 +93,26 @@ def test_a_memory_embedded_later_reaches_the_held_vectors(conn: Connection) -> N
     assert set(as_dict(chat_vectors(store, a), query)) == {first}
     assert store.embed_missing() == 1
     assert set(as_dict(chat_vectors(store, a), query)) == {first, later}
+
+
+def test_sign_bit_search_is_near_exact_and_skips_masked_rows() -> None:
+    """Past `rescore_count(k)` vectors a search scores only the nearest sign codes: its top
+    10 stay those of an exact scan, and a removed vector is never found."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(30, 64))
+    matrix = (np.repeat(centres, 100, axis=0) + rng.normal(0, 0.6, (3000, 64))).astype(np.float32)
+    vectors = ChatVectors.build([(i + 1, matrix[i].tobytes()) for i in range(3000)])
+    assert len(vectors.base_ids) > vector_cache.rescore_count(10)
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    found = 0
+    for centre in centres:
+        query = (centre + rng.normal(0, 0.3, 64)).astype(np.float32)
+        exact = set((np.argsort(-(unit @ query))[:10] + 1).tolist())
+        nearest, _ = vectors.search(query.tolist(), 10)
+        found += len(exact & {memory_id for memory_id, _ in nearest})
+    assert found / (10 * len(centres)) >= 0.98
+    query = matrix[41].tolist()
+    assert vectors.search(query, 1)[0][0][0] == 42
+    without = vectors.apply([], [42])
+    assert 42 not in dict(without.search(query, 50)[0])
+    assert without.search(query, 5, also=[42, 43])[1].keys() == {43}
