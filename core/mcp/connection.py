@@ -186,10 +186,11 @@ class McpServer:
                     yield streams
             return
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        from core.mcp.http_client import keep_alive_client
 
         async with (
-            create_mcp_http_client(headers=self.headers()) as client,
+            keep_alive_client(headers=self.headers()) as client,
             streamable_http_client(
                 self.config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
             ) as streams,
