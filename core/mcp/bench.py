@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER = ["-m", "core.bench.fakes.mcp_server"]
 START_S = 120.0
 WARM_UP_CALLS = 10
+BATCH = 10  # calls per client per turn
 Call = Callable[[], Awaitable[object]]
 
 
@@ -55,26 +56,55 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def time_calls(call: Call, calls: int, server_pid: int | None) -> dict[str, Any]:
-    """p50/p95 wall of `calls` calls, and the CPU each took in this process and the server."""
-    for _ in range(WARM_UP_CALLS):
-        await call()
-    samples = []
+class Timings:
+    """One client's samples (ms) and the CPU its calls took here and in the server (s)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.client_cpu = 0.0
+        self.server_cpu: float | None = 0.0
+
+    def figures(self) -> dict[str, Any]:
+        calls = len(self.samples)
+        found: dict[str, Any] = percentiles(self.samples)
+        found["client_cpu_ms"] = round(self.client_cpu * 1000 / calls, 3)
+        if self.server_cpu is not None:
+            found["server_cpu_ms"] = round(self.server_cpu * 1000 / calls, 3)
+        return found
+
+
+async def time_batch(call: Call, count: int, into: Timings, server_pid: int | None) -> None:
     cpu, server_cpu = time.process_time(), process_cpu_s(server_pid) if server_pid else None
-    for _ in range(calls):
+    for _ in range(count):
         started = time.perf_counter()
         await call()
-        samples.append((time.perf_counter() - started) * 1000)
-    figures: dict[str, Any] = percentiles(samples)
-    figures["client_cpu_ms"] = round((time.process_time() - cpu) * 1000 / calls, 3)
+        into.samples.append((time.perf_counter() - started) * 1000)
+    into.client_cpu += time.process_time() - cpu
     after = process_cpu_s(server_pid) if server_pid else None
-    if server_cpu is not None and after is not None:
-        figures["server_cpu_ms"] = round((after - server_cpu) * 1000 / calls, 3)
-    return figures
+    if server_cpu is None or after is None or into.server_cpu is None:
+        into.server_cpu = None
+    else:
+        into.server_cpu += after - server_cpu
 
 
-async def mnemo_calls(config: McpServerConfig, calls: int, pid: int | None) -> dict[str, Any]:
-    """Start Mnemo's client of the server, wait until it is up, then time calls of `echo`."""
+async def time_interleaved(
+    clients: dict[str, Call], calls: int, server_pid: int | None
+) -> dict[str, dict[str, Any]]:
+    """`calls` calls per client, in turns of BATCH, so a change in the machine's load
+    falls on every client alike; each client warmed up first."""
+    timings = {name: Timings() for name in clients}
+    for call in clients.values():
+        for _ in range(WARM_UP_CALLS):
+            await call()
+    for start in range(0, calls, BATCH):
+        for name, call in clients.items():
+            await time_batch(call, min(BATCH, calls - start), timings[name], server_pid)
+    return {name: timing.figures() for name, timing in timings.items()}
+
+
+@contextlib.asynccontextmanager
+async def mnemo_client(config: McpServerConfig) -> AsyncIterator[tuple[Call, float]]:
+    """Mnemo's client of the server, up: its `echo` call and how long it took to come up."""
     server = McpServer(config)
     began = time.perf_counter()
     task = asyncio.create_task(server.run())
@@ -85,13 +115,11 @@ async def mnemo_calls(config: McpServerConfig, calls: int, pid: int | None) -> d
             await asyncio.sleep(0.01)
         up_s = time.perf_counter() - began
         echo = next(tool for tool in server.tools if tool.remote_name == "echo")
-        pid = pid or stdio_child_pid()
-        figures = await time_calls(lambda: server.call(echo, {"text": "x"}), calls, pid)
+        yield (lambda: server.call(echo, {"text": "x"})), up_s
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    return {"up_s": round(up_s, 3), "calls": calls, **figures}
 
 
 def stdio_child_pid() -> int | None:
@@ -103,17 +131,19 @@ def stdio_child_pid() -> int | None:
     return int(children[-1]) if children else None
 
 
-async def sdk_calls(url: str, calls: int, pid: int) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def sdk_client(url: str) -> AsyncIterator[Call]:
     """The same call through the SDK's own client, as its docs use it."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
     async with streamable_http_client(url) as (read, write), ClientSession(read, write) as sdk:
         await sdk.initialize()
-        return await time_calls(lambda: sdk.call_tool("echo", {"text": "x"}), calls, pid)
+        yield lambda: sdk.call_tool("echo", {"text": "x"})
 
 
-async def post_calls(url: str, calls: int, pid: int) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def bare_post(url: str) -> AsyncIterator[Call]:
     """A bare HTTP POST of `tools/call` on a kept-alive connection, its whole body read:
     what the server and HTTP cost with no MCP client."""
     import httpx2
@@ -130,7 +160,7 @@ async def post_calls(url: str, calls: int, pid: int) -> dict[str, Any]:
         ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await client.post(url, json=ready, headers=headers)
         call = rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}})
-        return await time_calls(lambda: client.post(url, json=call, headers=headers), calls, pid)
+        yield lambda: client.post(url, json=call, headers=headers)
 
 
 def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -165,24 +195,35 @@ def http_server(port: int, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
         process.wait(10)
 
 
+async def stdio_figures(calls: int) -> dict[str, Any]:
+    env = {"PYTHONPATH": str(REPO)}
+    config = McpServerConfig(name="stdio", command=sys.executable, args=SERVER, env=env)
+    async with mnemo_client(config) as (call, up_s):
+        timed = await time_interleaved({"mnemo": call}, calls, stdio_child_pid())
+    return {"up_s": round(up_s, 3), "calls": calls, **timed["mnemo"]}
+
+
 async def http_figures(calls: int, *flags: str) -> dict[str, Any]:
-    """Mnemo's call, the SDK's call and a bare POST against one HTTP server."""
+    """Mnemo's call, the SDK's call and a bare POST against one HTTP server, interleaved."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with http_server(port, *flags) as process:
-        config = McpServerConfig(name="http", url=url)
-        figures = await mnemo_calls(config, calls, process.pid)
-        figures["sdk_client"] = await sdk_calls(url, calls, process.pid)
-        figures["bare_post"] = await post_calls(url, calls, process.pid)
-    figures["client_overhead_p50_ms"] = round(figures["p50_ms"] - figures["bare_post"]["p50_ms"], 3)
+        async with (
+            mnemo_client(McpServerConfig(name="http", url=url)) as (mnemo, up_s),
+            sdk_client(url) as sdk,
+            bare_post(url) as post,
+        ):
+            clients = {"mnemo": mnemo, "sdk_client": sdk, "bare_post": post}
+            timed = await time_interleaved(clients, calls, process.pid)
+    figures = {"up_s": round(up_s, 3), "calls": calls, **timed.pop("mnemo"), **timed}
+    overhead = figures["p50_ms"] - figures["bare_post"]["p50_ms"]
+    figures["client_overhead_p50_ms"] = round(overhead, 3)
     return figures
 
 
 async def bench(calls: int) -> dict[str, Any]:
-    env = {"PYTHONPATH": str(REPO)}
-    stdio = McpServerConfig(name="stdio", command=sys.executable, args=SERVER, env=env)
     return {
-        "stdio": await mnemo_calls(stdio, calls, None),
+        "stdio": await stdio_figures(calls),
         "http": await http_figures(calls),  # the SDK's default server: an SSE stream per call
         "http_json": await http_figures(calls, "json"),  # json_response=True
     }
@@ -286,18 +327,21 @@ def call_lines(result: dict[str, Any]) -> list[str]:
 
 @click.command("tools")
 @click.option("--calls", default=200, show_default=True, help="Calls timed per transport.")
-@click.option("--repeat", default=3, show_default=True, help="`mnemo chat` runs per start-up case.")
+@click.option(
+    "--repeat", default=3, show_default=True, help="`mnemo chat` runs per start-up case (0: none)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_tools(calls: int, repeat: int, as_json: bool) -> None:
     """The overhead of one MCP call (stdio, streamable HTTP) and chat start-up with servers."""
     load = os.getloadavg()[0]  # wall times on a busy machine are the wait for a core
     result = asyncio.run(bench(calls))
-    result["startup"] = startup_figures(repeat)
+    result["startup"] = startup_figures(repeat) if repeat else {}
     result["load_average"] = [round(load, 1), round(os.getloadavg()[0], 1)]
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     before, after = result["load_average"]
     notes = [f"load average {before:.1f} before, {after:.1f} after (cores: {os.cpu_count()})"]
-    for line in [*call_lines(result), *startup_lines(result["startup"]), *notes]:
+    started = startup_lines(result["startup"]) if repeat else []
+    for line in [*call_lines(result), *started, *notes]:
         click.echo(line)
