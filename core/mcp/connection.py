@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import CallToolResult
 
+    from core.mcp.http_client import KeepAliveTransport
+
 logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 20.0
@@ -65,6 +67,7 @@ class McpServer:
         self._relist = False
         self._broken = False
         self._served = False
+        self._http: KeepAliveTransport | None = None  # over HTTP: the last error status
 
     @property
     def name(self) -> str:
@@ -89,7 +92,7 @@ class McpServer:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - anyio groups wrap the cause
-                error = describe(exc)
+                error = self.explain(exc)
             if self._broken:
                 error = self.last_error  # what the failed call saw
             if self._served:
@@ -187,10 +190,11 @@ class McpServer:
             return
         from mcp.client.streamable_http import streamable_http_client
 
-        from core.mcp.http_client import keep_alive_client
+        from core.mcp.http_client import KeepAliveTransport, keep_alive_client
 
+        self._http = KeepAliveTransport()
         async with (
-            keep_alive_client(headers=self.headers()) as client,
+            keep_alive_client(headers=self.headers(), transport=self._http) as client,
             streamable_http_client(
                 self.config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
             ) as streams,
@@ -218,6 +222,17 @@ class McpServer:
         except OSError:
             return ""
         return lines[-1].strip()[:200] if lines else ""
+
+    def explain(self, exc: BaseException) -> str:
+        """Why a connection or call failed, with the HTTP status the server answered (the
+        SDK says only "Server returned an error response")."""
+        text = describe(exc)
+        refusal = self._http.last_refusal if self._http else ""
+        if refusal and refusal not in text:
+            text = f"{text}: {refusal}"
+        if refusal.startswith(("HTTP 401", "HTTP 403")):
+            text += " (check headers and bearer_token_env)"
+        return text
 
     def headers(self) -> dict[str, str]:
         """The configured headers, with `Authorization: Bearer` from `bearer_token_env`."""
@@ -252,7 +267,7 @@ class McpServer:
                 f"{tool.name} timed out after {self.config.timeout:g} s (MCP server {self.name})"
             ) from exc
         except Exception as exc:
-            reason = f"failed during {tool.name}: {describe(exc)}"
+            reason = f"failed during {tool.name}: {self.explain(exc)}"
             if session is self._session:
                 self._down(reason)  # its tools go at once; `run()` restarts it
                 self._broken = True

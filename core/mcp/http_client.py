@@ -64,13 +64,17 @@ class DrainOnClose(httpx2.AsyncByteStream):
 
 
 class KeepAliveTransport(httpx2.AsyncBaseTransport):
-    """httpx2's own transport, with POST event streams drained on close (see module doc)."""
+    """httpx2's own transport, with POST event streams drained on close (see module doc).
+    It keeps the last HTTP error status, which the SDK reports only as "an error response"."""
 
     def __init__(self) -> None:
         self._inner = httpx2.AsyncHTTPTransport()
+        self.last_refusal = ""  # e.g. "HTTP 401 Unauthorized"
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
+        if response.status_code >= 400:
+            self.last_refusal = f"HTTP {response.status_code} {response.reason_phrase}".strip()
         kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if request.method != "POST" or kind != "text/event-stream":
             return response
@@ -86,14 +90,15 @@ def keep_alive_client(
     headers: dict[str, str] | None = None,
     timeout: httpx2.Timeout | None = None,
     auth: httpx2.Auth | None = None,
+    transport: KeepAliveTransport | None = None,
 ) -> httpx2.AsyncClient:
     """The SDK's client (`create_mcp_http_client`: its timeouts, no redirects followed) on
-    `KeepAliveTransport`."""
+    `transport` (a new `KeepAliveTransport` by default)."""
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     return httpx2.AsyncClient(
         headers=headers,
         timeout=timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         auth=auth,
-        transport=KeepAliveTransport(),
+        transport=transport or KeepAliveTransport(),
     )

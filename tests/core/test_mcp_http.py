@@ -142,4 +142,5 @@ async def test_the_bearer_token_from_the_environment_reaches_the_server(
             while bad.state != "down":
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
-            assert not bad.tools and bad.last_error
+            assert not bad.tools
+            assert "HTTP 401 Unauthorized (check headers and bearer_token_env)" in bad.last_error
