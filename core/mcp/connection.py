@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -83,6 +84,7 @@ class McpServer:
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with exponential backoff until cancelled."""
+        await load_sdk()
         delay = FIRST_RESTART_DELAY_S
         while True:
             self._served = self._broken = False
@@ -274,6 +276,16 @@ class McpServer:
                 self._wake.set()
             raise ToolError(f"MCP server {self.name} {reason}; it is being restarted") from exc
         return result_text(result)
+
+
+SDK_MODULES = ("mcp", "mcp.types", "mcp.client.stdio", "mcp.client.streamable_http")
+
+
+async def load_sdk() -> None:
+    """Import the MCP SDK in a thread: it takes about a second of CPU, which on the event
+    loop would hold up the turn that starts while the servers come up (the first reply)."""
+    if not all(name in sys.modules for name in SDK_MODULES):
+        await asyncio.to_thread(lambda: [importlib.import_module(name) for name in SDK_MODULES])
 
 
 def result_text(result: CallToolResult) -> str:
