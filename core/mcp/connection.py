@@ -84,7 +84,6 @@ class McpServer:
 
     async def run(self) -> None:
         """Connect, serve, and reconnect with exponential backoff until cancelled."""
-        await load_sdk()
         delay = FIRST_RESTART_DELAY_S
         while True:
             self._served = self._broken = False
@@ -113,6 +112,7 @@ class McpServer:
         self._session = None
 
     async def _serve_once(self) -> None:
+        await load_sdk()
         async with self.connect() as session:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 await session.initialize()
