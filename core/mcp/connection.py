@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -25,6 +26,8 @@ from core.mcp.schema import clean_schema, model_tool_name
 if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import CallToolResult
+
+    from core.mcp.http_client import KeepAliveTransport
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ class McpServer:
         self._relist = False
         self._broken = False
         self._served = False
+        self._http: KeepAliveTransport | None = None  # over HTTP: the last error status
 
     @property
     def name(self) -> str:
@@ -89,7 +93,7 @@ class McpServer:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:  # noqa: BLE001 - anyio groups wrap the cause
-                error = describe(exc)
+                error = self.explain(exc)
             if self._broken:
                 error = self.last_error  # what the failed call saw
             if self._served:
@@ -108,6 +112,7 @@ class McpServer:
         self._session = None
 
     async def _serve_once(self) -> None:
+        await load_sdk()
         async with self.connect() as session:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 await session.initialize()
@@ -186,10 +191,12 @@ class McpServer:
                     yield streams
             return
         from mcp.client.streamable_http import streamable_http_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
 
+        from core.mcp.http_client import KeepAliveTransport, keep_alive_client
+
+        self._http = KeepAliveTransport()
         async with (
-            create_mcp_http_client(headers=self.headers()) as client,
+            keep_alive_client(headers=self.headers(), transport=self._http) as client,
             streamable_http_client(
                 self.config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
             ) as streams,
@@ -217,6 +224,17 @@ class McpServer:
         except OSError:
             return ""
         return lines[-1].strip()[:200] if lines else ""
+
+    def explain(self, exc: BaseException) -> str:
+        """Why a connection or call failed, with the HTTP status the server answered (the
+        SDK says only "Server returned an error response")."""
+        text = describe(exc)
+        refusal = self._http.last_refusal if self._http else ""
+        if refusal and refusal not in text:
+            text = f"{text}: {refusal}"
+        if refusal.startswith(("HTTP 401", "HTTP 403")):
+            text += " (check headers and bearer_token_env)"
+        return text
 
     def headers(self) -> dict[str, str]:
         """The configured headers, with `Authorization: Bearer` from `bearer_token_env`."""
@@ -251,13 +269,23 @@ class McpServer:
                 f"{tool.name} timed out after {self.config.timeout:g} s (MCP server {self.name})"
             ) from exc
         except Exception as exc:
-            reason = f"failed during {tool.name}: {describe(exc)}"
+            reason = f"failed during {tool.name}: {self.explain(exc)}"
             if session is self._session:
                 self._down(reason)  # its tools go at once; `run()` restarts it
                 self._broken = True
                 self._wake.set()
             raise ToolError(f"MCP server {self.name} {reason}; it is being restarted") from exc
         return result_text(result)
+
+
+SDK_MODULES = ("mcp", "mcp.types", "mcp.client.stdio", "mcp.client.streamable_http")
+
+
+async def load_sdk() -> None:
+    """Import the MCP SDK in a thread: it takes about a second of CPU, which on the event
+    loop would hold up the turn that starts while the servers come up (the first reply)."""
+    if not all(name in sys.modules for name in SDK_MODULES):
+        await asyncio.to_thread(lambda: [importlib.import_module(name) for name in SDK_MODULES])
 
 
 def result_text(result: CallToolResult) -> str:

@@ -20,7 +20,7 @@ from core.api import (
 )
 from core.config import Config, McpServerConfig
 from core.errors import ToolError
-from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool, describe
+from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool
 from core.tools.access import chat_matches
 from core.tools.registry import ToolRegistry
 
@@ -157,7 +157,7 @@ async def probe(server: McpServer) -> None:
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001 - anyio groups wrap the cause
-        server._down(describe(exc) if not isinstance(exc, TimeoutError) else "timed out")
+        server._down(server.explain(exc) if not isinstance(exc, TimeoutError) else "timed out")
 
 
 def tools_report(registry: ToolRegistry, source: McpTools, chat: Chat) -> str:

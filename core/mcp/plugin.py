@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from core.turn.hooks import Host
 
 # Short help for `mnemo bench --help`, which lists the benches without importing them.
-BENCH_HELP = "The overhead of one MCP call (stdio, streamable HTTP): p50/p95 of a no-work tool."
+BENCH_HELP = "The overhead of one MCP call (stdio, streamable HTTP) and chat start-up with servers."
 
 
 def register_commands(cli: click.Group) -> None:

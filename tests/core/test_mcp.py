@@ -307,3 +307,35 @@ def test_http_headers_carry_the_bearer_token_from_the_environment(
     monkeypatch.delenv("TOK")
     with pytest.raises(ToolError, match="TOK is not set"):
         McpServer(config).headers()
+
+
+LOOP_LAG = """
+import asyncio, sys, time
+from core.config import McpServerConfig
+from core.mcp.connection import McpServer
+
+async def main():
+    gaps, began = [], time.monotonic()
+    mute = ["-c", "import time; time.sleep(30)"]
+    server = McpServer(McpServerConfig(name="m", command=sys.executable, args=mute))
+    task = asyncio.create_task(server.run())
+    while "mcp.client.streamable_http" not in sys.modules or len(gaps) < 5:
+        tick = time.monotonic()
+        await asyncio.sleep(0.005)
+        gaps.append(time.monotonic() - tick)
+    task.cancel()
+    print(max(gaps), time.monotonic() - began)
+
+asyncio.run(main())
+"""
+
+
+def test_starting_a_server_does_not_hold_up_the_event_loop_while_the_sdk_loads() -> None:
+    """The SDK's import (about a second of CPU) runs in a thread, so a turn that starts while
+    the servers come up keeps going; on the loop it would stop everything for all of it."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOOP_LAG], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    longest_gap, loading = map(float, done.stdout.split())
+    assert longest_gap < loading / 2, (longest_gap, loading)

@@ -1,9 +1,12 @@
 """A small real MCP server for tests and benchmarks, on the SDK's own `MCPServer`.
 
-Run it as `python -m core.bench.fakes.mcp_server stdio` or `... http PORT` (streamable HTTP on
-127.0.0.1:PORT/mcp). Its tools cover what the client must survive: a plain call, a slow
-call, a hang, a crash mid-call, a 10 MB result, a schema with `$ref`s and formats a strict
-model server rejects, and a tool that appears at run time (`tools/list_changed`).
+Run it as `python -m core.bench.fakes.mcp_server stdio` or `... http PORT [json]` (streamable
+HTTP on 127.0.0.1:PORT/mcp; each answer an SSE stream, the SDK's default, or with `json` one
+JSON body, the SDK's advice for production). A bearer token in `MNEMO_TEST_MCP_TOKEN` makes
+the HTTP server refuse requests without it (401). Its tools cover what the client must
+survive: a plain call, a slow call, a hang, a crash mid-call, a 10 MB result, a schema with
+`$ref`s and formats a strict model server rejects, and a tool that appears at run time
+(`tools/list_changed`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import asyncio
 import os
 import sys
 import time
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from pydantic import BaseModel, Field
@@ -74,10 +78,35 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+def run_http(port: int, json_response: bool) -> None:
+    """Serve on 127.0.0.1:`port`, quietly (a log line per call would be part of the timing)."""
+    import uvicorn
+
+    server.settings.log_level = "WARNING"
+    app = server.streamable_http_app(json_response=json_response)
+    token = os.environ.get("MNEMO_TEST_MCP_TOKEN", "")
+    uvicorn.run(bearer_only(app, token) if token else app, host="127.0.0.1", port=port,
+                log_level="warning", access_log=False)  # fmt: skip
+
+
+def bearer_only(app: Any, token: str) -> Any:
+    """`app` behind a check of `Authorization: Bearer <token>`."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"bearer token required"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "stdio"
     if mode == "http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        run_http(int(sys.argv[2]), json_response="json" in sys.argv[3:])
     else:
         server.run("stdio")
 
