@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo
 from memory.embeddings import Embedder
 from memory.expansion import ordered
 from memory.posting_lists import PostingLists, query_terms
+from memory.query_vector import query_vector
 from memory.recall_store import IndexState, RecallRow, RecallStore
 from memory.retrieval import KEYWORD_WEIGHT, score_fusion
 from memory.second_stage import Stage, leading_speaker, refine
@@ -227,7 +228,7 @@ def _fused(index: ChatRecall, query: str, embedder: Embedder | None) -> list[tup
     keyword = dict(index.lists.score(query_terms(query), DEPTH)) if query_terms(query) else {}
     semantic: dict[int, float] = {}
     if embedder is not None and len(index.vectors):
-        vector = embedder.embed_query(query)
+        vector = query_vector(embedder, query)
         if len(vector) == index.vectors.width(index.vectors.recent):  # same model
             nearest, hits = index.vectors.search(vector, DEPTH, list(keyword))
             semantic = dict(nearest) | hits

@@ -5,7 +5,8 @@ candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailab
 sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
-cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). Similarities
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`); a query that
+names someone is embedded with and without the names (`memory.query_vector`). Similarities
 are exact, from the chat's vectors held in memory (`memory.vector_cache`); BM25 scores
 and Jaccard overlaps from the chat's in-memory posting lists (`memory.keyword_cache`);
 BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
@@ -27,6 +28,7 @@ from core.clock import now_iso
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
 from memory.memory_candidates import MemoryCandidates
+from memory.query_vector import query_vector
 from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
 from memory.vector_cache import chat_vectors
@@ -95,10 +97,15 @@ def knn_ids(
 
 
 def _hybrid(
-    store: MemoryStore, chat_id: int | None, query: str, depth: int, embedder: Embedder
+    store: MemoryStore,
+    chat_id: int | None,
+    query: str,
+    depth: int,
+    embedder: Embedder,
+    name_free: bool = True,
 ) -> list[tuple[int, float]]:
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vector = embedder.embed_query(query)
+    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
     nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
@@ -129,8 +136,8 @@ def rank_memories(
     if used != mode:
         _warn_fallback(mode, store)
     depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
-    scored = _first_stage(store, chat_id, query, depth, used)
     stage = stage if stage is not None else Stage()
+    scored = _first_stage(store, chat_id, query, depth, used, stage)
     rows: dict[int, Memory] = {}
     if stage.steps and scored:
         head, tail = scored[: 2 * depth], scored[2 * depth :]
@@ -142,14 +149,14 @@ def rank_memories(
 
 
 def _first_stage(
-    store: MemoryStore, chat_id: int | None, query: str, depth: int, mode: str
+    store: MemoryStore, chat_id: int | None, query: str, depth: int, mode: str, stage: Stage
 ) -> list[tuple[int, float]]:
     """(id, score) of the candidates by the ranking mode alone, best first."""
     embedder = store.embedder
     if mode == "knn" and embedder is not None:
         return knn_ids(store, chat_id, embedder.embed_query(query), depth)
     if mode == "hybrid" and embedder is not None:
-        return _hybrid(store, chat_id, query, depth, embedder)
+        return _hybrid(store, chat_id, query, depth, embedder, "name-free-query" in stage.steps)
     if mode == "jaccard":
         return jaccard_ids(store, chat_id, query)
     return bm25_ids(store, chat_id, query, depth)

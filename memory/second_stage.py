@@ -2,7 +2,8 @@
 recalled messages (`memory.recall_index.search_ids`) go through the same steps after the
 first (fused KNN + BM25) ranking. No model call; written once for both engines.
 
-Steps, in order (`mnemo bench locomo --compare` measures each alone on LoCoMo dev):
+Steps, in order (`mnemo bench locomo --compare` measures each alone on LoCoMo dev);
+`name-free-query` is the first stage's (`memory.query_vector`), the others run here:
 - `speaker-focus`: an item said by a person the query names (`Ann: …`, a recalled
   message's speaker) scores `1 + SPEAKER_WEIGHT` times more: "what does Ann do to relax"
   is mostly answered by what Ann said (95% of such evidence turns on LoCoMo dev);
@@ -23,7 +24,7 @@ from typing import Protocol
 from memory.expansion import Ranking, apply_factors, names_in, neighbour_expand, ordered
 from memory.temporal import time_boosts, time_intent
 
-STEPS = ("speaker-focus", "time-intent", "neighbours")
+STEPS = ("name-free-query", "speaker-focus", "time-intent", "neighbours")
 SPEAKER_WEIGHT = 0.2
 NEIGHBOUR_SEEDS = 5
 NEIGHBOUR_SHARE = 0.7

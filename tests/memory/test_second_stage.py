@@ -7,8 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 
+import pytest
+
 from core.storage.engine import Storage
 from memory.memory_candidates import MemoryCandidates, memory_day
+from memory.query_vector import name_free, query_vector
 from memory.recall_index import RecallQuery
 from memory.retrieval import rank_memories
 from memory.second_stage import (
@@ -138,3 +141,30 @@ async def test_recall_search_raises_the_named_speakers_messages(storage: Storage
     assert hit.speaker == "Ann"
     [hit] = recaller.search(chat, RecallQuery("What class does Bob take? pottery", 1))
     assert hit.speaker == "Bob"
+
+
+class Recording:
+    """An embedder that gives each text a fixed vector and notes what it embedded."""
+
+    model_name = "recording"
+    dim = 3
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
+        return [1.0, 0.0, 0.0] if "Ann" in text else [0.0, 1.0, 0.0]
+
+
+def test_a_query_naming_someone_is_ranked_with_and_without_the_names() -> None:
+    assert name_free("What did Ann's sister paint in May?") == "What did sister paint in"
+    assert name_free("what did she paint?") == ""
+    embedder = Recording()
+    vector = query_vector(embedder, "What does Ann paint?")
+    assert embedder.queries == ["What does Ann paint?", "What does paint"]
+    assert vector == pytest.approx([2**-0.5, 2**-0.5, 0.0])
+    assert query_vector(embedder, "what do you paint?") == [0.0, 1.0, 0.0]
