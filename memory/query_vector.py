@@ -2,8 +2,9 @@
 relax?") is embedded twice, as said and without the names, and ranked with the mean of
 the two: the names no longer outweigh what is asked about (every line Ann said is alike
 in naming her); the names still count through BM25 and the speaker focus of
-`memory.second_stage`. Measured on LoCoMo dev (docs/ranking.md): cov@10 up on every
-conversation, for turns and for observation facts.
+`memory.second_stage`. Measured on LoCoMo dev (docs/ranking.md): cov@10 up a little on
+every conversation, for turns and observation facts; it costs a second query embedding,
+so it is off by default (the `name-free-query` step of a `Stage`).
 """
 
 from __future__ import annotations

@@ -224,11 +224,14 @@ class RecallQuery:
     speaker: str = ""  # only messages of this speaker (case-insensitive), '' for anyone
 
 
-def _fused(index: ChatRecall, query: str, embedder: Embedder | None) -> list[tuple[int, float]]:
+def _fused(
+    index: ChatRecall, query: str, embedder: Embedder | None, stage: Stage
+) -> list[tuple[int, float]]:
     keyword = dict(index.lists.score(query_terms(query), DEPTH)) if query_terms(query) else {}
     semantic: dict[int, float] = {}
     if embedder is not None and len(index.vectors):
-        vector = query_vector(embedder, query)
+        named = "name-free-query" in stage.steps
+        vector = query_vector(embedder, query) if named else embedder.embed_query(query)
         if len(vector) == index.vectors.width(index.vectors.recent):  # same model
             nearest, hits = index.vectors.search(vector, DEPTH, list(keyword))
             semantic = dict(nearest) | hits
@@ -282,8 +285,7 @@ def search_ids(
     if not len(index) or not query.text.strip():
         return []
     stage = Stage(today=query.today or date.today())
-    ranking = refine(
-        _fused(index, query.text, embedder), query.text, RecallCandidates(index, zone), stage
-    )
+    first = _fused(index, query.text, embedder, stage)
+    ranking = refine(first, query.text, RecallCandidates(index, zone), stage)
     kept = [(item, score) for item, score in ranking if _kept(index, query, item, zone)]
     return kept[: (12 if query.speaker else 4) * query.limit]

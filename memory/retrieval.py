@@ -5,8 +5,9 @@ candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailab
 sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
-cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`); a query that
-names someone is embedded with and without the names (`memory.query_vector`). Similarities
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`); with the
+`name-free-query` step a query naming someone is also embedded without the names
+(`memory.query_vector`). Similarities
 are exact, from the chat's vectors held in memory (`memory.vector_cache`); BM25 scores
 and Jaccard overlaps from the chat's in-memory posting lists (`memory.keyword_cache`);
 BM25 reads a memory's `context` (text around it that helps find it) at half the weight of

@@ -3,7 +3,8 @@ recalled messages (`memory.recall_index.search_ids`) go through the same steps a
 first (fused KNN + BM25) ranking. No model call; written once for both engines.
 
 Steps, in order (`mnemo bench locomo --compare` measures each alone on LoCoMo dev);
-`name-free-query` is the first stage's (`memory.query_vector`), the others run here:
+`name-free-query` is the first stage's (`memory.query_vector`, off by default), the
+others run here:
 - `speaker-focus`: an item said by a person the query names (`Ann: …`, a recalled
   message's speaker) scores `1 + SPEAKER_WEIGHT` times more: "what does Ann do to relax"
   is mostly answered by what Ann said (95% of such evidence turns on LoCoMo dev);
@@ -25,6 +26,10 @@ from memory.expansion import Ranking, apply_factors, names_in, neighbour_expand,
 from memory.temporal import time_boosts, time_intent
 
 STEPS = ("name-free-query", "speaker-focus", "time-intent", "neighbours")
+# On unless a caller asks otherwise. `name-free-query` is not: it raised LoCoMo dev cov@10
+# a little on every conversation (+0.006 turns, +0.008 observation facts) but costs a second
+# query embedding, the larger part of a warm hybrid ranking (docs/ranking.md).
+DEFAULT_STEPS = frozenset(STEPS) - {"name-free-query"}
 SPEAKER_WEIGHT = 0.2
 NEIGHBOUR_SEEDS = 5
 NEIGHBOUR_SHARE = 0.7
@@ -36,7 +41,7 @@ _SPEAKER = re.compile(r"^([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?): ")
 class Stage:
     """Which steps run, and the day a query is asked on (relative spans: "last week")."""
 
-    steps: frozenset[str] = frozenset(STEPS)
+    steps: frozenset[str] = DEFAULT_STEPS
     today: date | None = None
 
     def without(self, *steps: str) -> Stage:

@@ -18,7 +18,7 @@ from datetime import date
 from typing import Any
 
 from memory import expansion
-from memory.second_stage import STEPS
+from memory.second_stage import DEFAULT_STEPS, STEPS
 from memory.temporal import date_prefix, resolve_relative_dates
 
 INGEST_TECHNIQUES = ("date-prefix", "resolve-dates")
@@ -87,7 +87,7 @@ class Refiner:
         return ranking
 
 
-# Kept after measuring on LoCoMo dev (turns and observation facts, each conversation):
-# see docs/ranking.md for the ablation. focus, resolve-dates, feedback and entities did
-# not hold.
-DEFAULT = frozenset({"date-prefix", *PRODUCT_STEPS})
+# The product's defaults (measured on LoCoMo dev, turns and observation facts, each
+# conversation; docs/ranking.md). focus, resolve-dates, feedback and entities did not hold;
+# name-free-query did, at the price of a second query embedding (off by default).
+DEFAULT = frozenset({"date-prefix", *DEFAULT_STEPS})
