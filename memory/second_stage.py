@@ -26,9 +26,10 @@ from memory.expansion import Ranking, apply_factors, names_in, neighbour_expand,
 from memory.temporal import time_boosts, time_intent
 
 STEPS = ("name-free-query", "speaker-focus", "time-intent", "neighbours")
-# On unless a caller asks otherwise. `name-free-query` is not: it raised LoCoMo dev cov@10
-# a little on every conversation (+0.006 turns, +0.008 observation facts) but costs a second
-# query embedding, the larger part of a warm hybrid ranking (docs/ranking.md).
+# On unless a caller asks otherwise. `name-free-query` is not for memories: it raised LoCoMo
+# dev cov@10 a little on every conversation (+0.006 turns, +0.008 observation facts) but
+# costs a second query embedding, the larger part of a warm hybrid ranking; recall turns it
+# on (`memory.recall_index.STEPS`; docs/notes/ranking-second-stage.md).
 DEFAULT_STEPS = frozenset(STEPS) - {"name-free-query"}
 SPEAKER_WEIGHT = 0.2
 NEIGHBOUR_SEEDS = 5

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from core.storage.engine import Storage
 from memory.memory_candidates import MemoryCandidates, memory_day
 from memory.query_vector import name_free, query_vector
+from memory.recall import Recaller, RecallSources
 from memory.recall_index import RecallQuery
+from memory.recall_store import RecallStore
 from memory.retrieval import rank_memories
 from memory.second_stage import (
     STEPS,
@@ -168,3 +171,15 @@ def test_a_query_naming_someone_is_ranked_with_and_without_the_names() -> None:
     assert embedder.queries == ["What does Ann paint?", "What does paint"]
     assert vector == pytest.approx([2**-0.5, 2**-0.5, 0.0])
     assert query_vector(embedder, "what do you paint?") == [0.0, 1.0, 0.0]
+
+
+async def test_recall_ranks_with_the_name_free_vector(storage: Storage) -> None:
+    """Recall's search embeds a query naming someone with and without the names."""
+    embedder = Recording()
+    sources = RecallSources(lambda: embedder, lambda chat_id: [])
+    recaller = Recaller(RecallStore(storage.database), sources, ZoneInfo("UTC"))
+    chat = said(storage, "pair", [("Ann", "my pottery class was fun", "2023-05-08T10:00:00Z")])
+    await recaller.catch_up(chat)
+    embedder.queries.clear()
+    assert recaller.search(chat, RecallQuery("What class does Ann take?", 1))
+    assert embedder.queries == ["What class does Ann take?", "What class does take"]
