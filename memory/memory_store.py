@@ -325,6 +325,15 @@ class DatabaseMemoryStore:
         assert row is not None
         return int(row[0])
 
+    def adjacent(self, chat_id: int, memory_id: int) -> Memories:
+        inside = "FROM memories WHERE chat_id = ? AND archived = 0 AND id"
+        rows = self.db.read(
+            f"SELECT {_COLUMNS} FROM memories WHERE id IN"
+            f" ((SELECT max(id) {inside} < ?), (SELECT min(id) {inside} > ?)) ORDER BY id",
+            (chat_id, memory_id, chat_id, memory_id),
+        )
+        return [memory_from_row(row) for row in rows]
+
     def newest(self, chat_id: int, limit: int) -> Memories:
         rows = self.db.read(
             f"SELECT {_COLUMNS} FROM memories WHERE chat_id = ? AND archived = 0"

@@ -5,16 +5,17 @@ candidates. `hybrid` fuses the KNN and BM25 rankings. When vectors are unavailab
 sqlite-vec, no model) knn and hybrid fall back to bm25 and say so once.
 
 hybrid: the union of the top KNN and top BM25 candidates, each scored by min-max scaled
-cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`). Similarities
+cosine similarity and best-scaled BM25, mixed half and half (`score_fusion`); with the
+`name-free-query` step a query naming someone is also embedded without the names
+(`memory.query_vector`). Similarities
 are exact, from the chat's vectors held in memory (`memory.vector_cache`); BM25 scores
 and Jaccard overlaps from the chat's in-memory posting lists (`memory.keyword_cache`);
 BM25 reads a memory's `context` (text around it that helps find it) at half the weight of
 its content.
 
-Time-aware (`time_aware=True`, the default): a query with temporal intent ("when …",
-"in May", "last week"; `memory.temporal.time_intent`, no model call) raises the candidates
-that name a time, and those created within the span it names (`time_boosts`). Measured on
-LoCoMo dev (`mnemo bench locomo --technique time-intent`): temporal cov@10 0.829 → 0.854.
+Then the second stage every ranking shares (`memory.second_stage`, no model call): the
+query's named speakers, its temporal intent ("when …", "in May", "last week") and the
+neighbours of the best hits re-score the candidates (`stage`, all steps by default).
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from datetime import date
 
 from core.clock import now_iso
 from memory.embeddings import Embedder
-from memory.expansion import apply_factors
 from memory.keyword_cache import bm25_ids, jaccard_ids
+from memory.memory_candidates import MemoryCandidates
+from memory.query_vector import query_vector
+from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
-from memory.temporal import time_boosts, time_intent
 from memory.vector_cache import chat_vectors
 
 logger = logging.getLogger(__name__)
@@ -96,10 +98,15 @@ def knn_ids(
 
 
 def _hybrid(
-    store: MemoryStore, chat_id: int | None, query: str, depth: int, embedder: Embedder
+    store: MemoryStore,
+    chat_id: int | None,
+    query: str,
+    depth: int,
+    embedder: Embedder,
+    name_free: bool = True,
 ) -> list[tuple[int, float]]:
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vector = embedder.embed_query(query)
+    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
     nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
@@ -116,12 +123,13 @@ def rank_memories(
     k: int,
     *,
     mode: str = "hybrid",
-    time_aware: bool = True,
+    stage: Stage | None = None,
 ) -> list[RankedMemory]:
     """The `k` best active memories of this chat and global ones for `query`, best first.
 
     Vectors come from the store's embedder (none: knn and hybrid fall back to bm25). Ties
-    break by recency (last seen, then newest id). `time_aware`: see the module docstring.
+    break by recency (last seen, then newest id). `stage`: the second-stage steps and the
+    day the query is asked on (default: every step, today).
     """
     if k <= 0 or not query.strip():
         return []
@@ -129,45 +137,38 @@ def rank_memories(
     if used != mode:
         _warn_fallback(mode, store)
     depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
-    embedder = store.embedder
-    if used == "knn" and embedder is not None:
-        scored = knn_ids(store, chat_id, embedder.embed_query(query), depth)
-    elif used == "hybrid" and embedder is not None:
-        scored = _hybrid(store, chat_id, query, depth, embedder)
-    elif used == "jaccard":
-        scored = jaccard_ids(store, chat_id, query)
-    else:
-        scored = bm25_ids(store, chat_id, query, depth)
-    if time_aware:
-        scored = rescore_by_time(store, query, scored)
-    return _finish(store, chat_id, scored, k)
+    stage = stage if stage is not None else Stage()
+    scored = _first_stage(store, chat_id, query, depth, used, stage)
+    rows: dict[int, Memory] = {}
+    if stage.steps and scored:
+        head, tail = scored[: 2 * depth], scored[2 * depth :]
+        rows = store.by_ids([item for item, _ in head])
+        today = stage.today or date.fromisoformat(now_iso()[:10])
+        candidates = MemoryCandidates(store, chat_id, rows)
+        scored = refine(head, query, candidates, Stage(stage.steps, today)) + tail
+    return _finish(store, chat_id, scored, k, rows)
 
 
-def rescore_by_time(
-    store: MemoryStore, query: str, scored: Sequence[tuple[int, float]], today: date | None = None
+def _first_stage(
+    store: MemoryStore, chat_id: int | None, query: str, depth: int, mode: str, stage: Stage
 ) -> list[tuple[int, float]]:
-    """`scored` re-ordered by the query's temporal intent (unchanged when it has none).
-
-    A memory's day is the day it was created. Reads the candidates' rows only when the
-    query has temporal intent."""
-    intent = time_intent(query, today or date.fromisoformat(now_iso()[:10]))
-    if not intent.any or not scored:
-        return list(scored)
-    memories = store.by_ids([item for item, _ in scored])
-    texts = {item: memory.content for item, memory in memories.items()}
-    days = {item: _day(memory.created_at) for item, memory in memories.items()}
-    return apply_factors(scored, time_boosts(intent, texts, days.get))
-
-
-def _day(stamp: str) -> date | None:
-    try:
-        return date.fromisoformat(stamp[:10])
-    except ValueError:
-        return None
+    """(id, score) of the candidates by the ranking mode alone, best first."""
+    embedder = store.embedder
+    if mode == "knn" and embedder is not None:
+        return knn_ids(store, chat_id, embedder.embed_query(query), depth)
+    if mode == "hybrid" and embedder is not None:
+        return _hybrid(store, chat_id, query, depth, embedder, "name-free-query" in stage.steps)
+    if mode == "jaccard":
+        return jaccard_ids(store, chat_id, query)
+    return bm25_ids(store, chat_id, query, depth)
 
 
 def _finish(
-    store: MemoryStore, chat_id: int | None, scored: Sequence[tuple[int, float]], k: int
+    store: MemoryStore,
+    chat_id: int | None,
+    scored: Sequence[tuple[int, float]],
+    k: int,
+    known: dict[int, Memory] | None = None,
 ) -> list[RankedMemory]:
     """The best `k` candidates, reading only the rows that can make the cut.
 
@@ -181,7 +182,8 @@ def _finish(
         while end < len(scored) and scored[end][1] == scored[end - 1][1]:
             end += 1
         chunk = scored[start:end]
-        memories = store.by_ids([mid for mid, _ in chunk])
+        memories = {mid: known[mid] for mid, _ in chunk if known and mid in known}
+        memories.update(store.by_ids([mid for mid, _ in chunk if mid not in memories]))
         ranked.extend(
             RankedMemory(memories[mid], score)
             for mid, score in chunk

@@ -297,6 +297,11 @@ class MemoryStore(Protocol):
         """The chat's own active memories, newest first."""
         ...
 
+    def adjacent(self, chat_id: int, memory_id: int) -> Memories:
+        """The chat's own unarchived memories stored just before and just after
+        `memory_id` (ranking's neighbour step), oldest first."""
+        ...
+
     def matching(self, chat_id: int, text: str, limit: int) -> Memories:
         """The chat's own active memories sharing words with `text`, best match first."""
         ...

@@ -19,10 +19,11 @@ from typing import Any
 from core.storage.database import SqliteDatabase
 from core.storage.db import connect
 from core.storage.session_store import DatabaseSessionStore
-from memory.bench.techniques import Candidates, Refiner, ranked_text
+from memory.bench.techniques import PRODUCT_STEPS, Candidates, Refiner, ranked_text
 from memory.embeddings import Embedder
 from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import rank_memories
+from memory.second_stage import Stage
 from memory.sqlite_index import embedding_text
 from memory.store import MemoryStore
 from memory.temporal import parse_locomo_datetime
@@ -233,16 +234,12 @@ def _ingest(
     )
     turns_of: dict[int, frozenset[str]] = {}
     known = Candidates()
-    by_session: dict[int, list[int]] = {}
     for item, text, vector in zip(items, texts, vectors, strict=True):
         memory_id = store.add(
             chat_id, text, "EVENT", source="locomo", embedding=vector, context=item.context
         )
         turns_of[memory_id] = item.dia_ids
         known.add(memory_id, item.content, item.day, vector)
-        by_session.setdefault(item.session, []).append(memory_id)
-    for ids in by_session.values():
-        known.link_session(ids)
     return turns_of, known
 
 
@@ -258,9 +255,11 @@ def _score(
     sample: str,
 ) -> None:
     started = time.perf_counter()
-    # Not time-aware here: rows are created now; the refiner dates them by their session.
+    # The product's ranking, asked on the conversation's last day; a memory's day is the
+    # session date in front of it (`date-prefix`), else the day it was stored (today).
     depth = max(DEPTH, *ks)
-    ranked = rank_memories(store, chat_id, question.text, depth, mode=retriever, time_aware=False)
+    stage = Stage(refiner.techniques & set(PRODUCT_STEPS), refiner.candidates.today)
+    ranked = rank_memories(store, chat_id, question.text, depth, mode=retriever, stage=stage)
     ranking = refiner.refine(question.text, [(r.memory.id, r.score) for r in ranked])
     result.latencies_ms.append((time.perf_counter() - started) * 1000)
     result.n_questions += 1

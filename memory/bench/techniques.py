@@ -1,8 +1,12 @@
-"""`mnemo bench locomo --technique …`: the dated text and second-stage steps a run turns on.
+"""`mnemo bench locomo --technique …`: what a run turns on.
 
-Ingest techniques change what is indexed (`date-prefix`, `resolve-dates`); query techniques
-re-score or expand the first ranking's candidates through `memory.expansion` and
-`memory.temporal` (`time-intent`, `focus`, `feedback`, `neighbours`, `entities`).
+- ingest techniques change what is stored: `date-prefix` (the session's day in front of
+  each memory, as dated memories are written; the ranking reads a memory's day from it)
+  and `resolve-dates` (relative dates followed by the date they meant);
+- product steps are the second stage of the product's own ranking
+  (`memory.second_stage.STEPS`), passed to `rank_memories` as its `Stage`;
+- experimental steps (`focus`, `feedback`, `entities`) re-score the product's ranking in
+  the bench only: measured, they did not hold, so the product does not run them.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from datetime import date
 from typing import Any
 
 from memory import expansion
-from memory.temporal import date_prefix, resolve_relative_dates, time_boosts, time_intent
+from memory.second_stage import DEFAULT_STEPS, STEPS
+from memory.temporal import date_prefix, resolve_relative_dates
 
 INGEST_TECHNIQUES = ("date-prefix", "resolve-dates")
-QUERY_TECHNIQUES = ("time-intent", "focus", "feedback", "neighbours", "entities")
-TECHNIQUES = INGEST_TECHNIQUES + QUERY_TECHNIQUES
+PRODUCT_STEPS = STEPS
+EXPERIMENTAL = ("focus", "feedback", "entities")
+TECHNIQUES = INGEST_TECHNIQUES + PRODUCT_STEPS + EXPERIMENTAL
 _WORD = re.compile(r"[\w'’-]+")
 
 
@@ -33,18 +39,15 @@ def ranked_text(content: str, day: date | None, techniques: Collection[str]) -> 
 
 @dataclass
 class Candidates:
-    """What the second stage knows of one conversation's items, by memory id."""
+    """What the experimental steps know of one conversation's items, by memory id."""
 
     texts: dict[int, str] = field(default_factory=dict)  # as said, without added dates
-    days: dict[int, date | None] = field(default_factory=dict)
-    neighbours: dict[int, list[int]] = field(default_factory=dict)
     vectors: dict[int, Any] = field(default_factory=dict)
     words: dict[str, list[int]] = field(default_factory=dict)
-    today: date | None = None
+    today: date | None = None  # the conversation's last day: when its questions are asked
 
     def add(self, item: int, text: str, day: date | None, vector: Sequence[float] | None) -> None:
         self.texts[item] = text
-        self.days[item] = day
         if vector is not None:
             import numpy
 
@@ -53,12 +56,6 @@ class Candidates:
             self.words.setdefault(word, []).append(item)
         if day is not None and (self.today is None or day > self.today):
             self.today = day
-
-    def link_session(self, ids: list[int]) -> None:
-        """Items in said order within one session: each is the neighbour of the next."""
-        for before, after in zip(ids, ids[1:], strict=False):
-            self.neighbours.setdefault(before, []).append(after)
-            self.neighbours.setdefault(after, []).append(before)
 
     def similarity_to(self, top: Sequence[int], ids: Sequence[int]) -> dict[int, float]:
         import numpy
@@ -72,6 +69,8 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Refiner:
+    """The experimental steps a run turns on, after the product's ranking."""
+
     techniques: frozenset[str]
     candidates: Candidates
 
@@ -79,16 +78,8 @@ class Refiner:
         on, known = self.techniques, self.candidates
         if "focus" in on:
             ranking = expansion.focus_boost(ranking, known.texts, query)
-        if "time-intent" in on:
-            intent = time_intent(query, known.today)
-            if intent.any:
-                texts = {item: known.texts.get(item, "") for item, _ in ranking}
-                factors = time_boosts(intent, texts, known.days.get)
-                ranking = expansion.apply_factors(ranking, factors)
         if "feedback" in on:
             ranking = expansion.feedback_rescore(ranking, known.similarity_to)
-        if "neighbours" in on:
-            ranking = expansion.neighbour_expand(ranking, lambda i: known.neighbours.get(i, []))
         if "entities" in on:
             ranking = expansion.entity_expand(
                 ranking, known.texts, lambda name: known.words.get(name, []), query
@@ -96,7 +87,7 @@ class Refiner:
         return ranking
 
 
-# Kept after measuring on LoCoMo dev: each raises cov@10 alone on all 5 conversations (turns)
-# and together they do for turns and for observation facts; time-intent mainly lifts cov@5
-# and temporal questions. focus, resolve-dates, feedback and entities did not hold.
-DEFAULT = frozenset({"date-prefix", "neighbours", "time-intent"})
+# The product's defaults (measured on LoCoMo dev, turns and observation facts, each
+# conversation; docs/ranking.md). focus, resolve-dates, feedback and entities did not hold;
+# name-free-query did, at the price of a second query embedding (off by default).
+DEFAULT = frozenset({"date-prefix", *DEFAULT_STEPS})

@@ -7,7 +7,7 @@ from datetime import date
 from pathlib import Path
 
 from memory.bench.locomo import run_locomo, turn_items
-from memory.bench.techniques import DEFAULT, Candidates, Refiner, ranked_text
+from memory.bench.techniques import DEFAULT, PRODUCT_STEPS, Candidates, Refiner, ranked_text
 
 SAMPLE = {
     "sample_id": "tiny",
@@ -48,13 +48,16 @@ def test_items_carry_their_session_date() -> None:
     assert items[1].context == "Ana: Where did you go hiking?"
 
 
-def test_refiner_brings_the_next_turn_in() -> None:
+def test_experimental_refiner_only_runs_the_bench_steps() -> None:
     known = Candidates()
     for item, text in ((1, "Ana: Where did you go hiking?"), (2, "Ben: near the lake"), (3, "x")):
         known.add(item, text, date(2023, 5, 8), None)
-    known.link_session([1, 2, 3])
-    refined = Refiner(frozenset({"neighbours"}), known).refine("hiking?", [(1, 1.0), (3, 0.1)])
-    assert [item for item, _ in refined] == [1, 2, 3]
+    assert known.today == date(2023, 5, 8)
+    ranking = [(1, 1.0), (3, 0.1)]
+    assert Refiner(frozenset({"neighbours"}), known).refine("hiking?", ranking) == ranking
+    focused = Refiner(frozenset({"focus"}), known).refine("Where did Ben go?", [(1, 1.0), (2, 0.9)])
+    assert [item for item, _ in focused] == [2, 1]
+    assert {"date-prefix", *PRODUCT_STEPS} - {"name-free-query"} == DEFAULT
 
 
 def test_a_tiny_run_reports_by_category_and_conversation(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from memory import retrieval
 from memory.embeddings import Embedder, load_embedder
 from memory.memory_store import DatabaseMemoryStore
 from memory.retrieval import MODES, effective_mode, rank_memories, score_fusion
+from memory.second_stage import Stage
 from memory.terms import (
     content_terms,
     fts_query,
@@ -242,7 +243,7 @@ def test_time_aware_ranking_raises_dated_memories_for_when_questions(tmp_path: P
     plain = store.add(chat.id, "Ana went to the pottery class", "EVENT", source="test")
     dated = store.add(chat.id, "Ana went to the pottery class yesterday", "EVENT", source="test")
     question = "When did Ana go to the pottery class?"
-    flat = rank_memories(store, chat.id, question, 2, mode="bm25", time_aware=False)
+    flat = rank_memories(store, chat.id, question, 2, mode="bm25", stage=Stage(frozenset()))
     assert flat[0].memory.id == plain  # shorter text: BM25 prefers it
     aware = rank_memories(store, chat.id, question, 2, mode="bm25")
     assert [r.memory.id for r in aware] == [dated, plain]
