@@ -233,12 +233,7 @@ class RequestPlanner:
         small = plan.window < SMALL_WINDOW_TOKENS
         cut = len(plan.messages) - pending
         if protect_turns is None:
-            # Decided on the request without this turn's own messages, so the turn's
-            # follow-up requests prune the history as its first one did (a server's cache
-            # keeps serving it) instead of flipping between the two forms.
-            tools = plan.tools if plan.tools_in_prompt else None
-            share = plan.estimator.request(plan.messages[:cut], tools) / plan.window
-            if share <= self.config.context.prune_threshold:
+            if plan.share <= self.config.context.prune_threshold:
                 return plan
             protect_turns = self.config.context.protect_turns
             if small:

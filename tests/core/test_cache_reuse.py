@@ -89,16 +89,6 @@ def test_a_continuation_prunes_the_history_as_its_turn_did_and_keeps_the_questio
     assert follow.messages[-2:] == pending
 
 
-def test_pruning_is_decided_without_the_turns_own_messages(config: Config) -> None:
-    planner = _planner(config)
-    turn = _chat(2) + [{"role": "user", "content": "the question"}]
-    window = int(ESTIMATOR.request(turn) / config.context.prune_threshold) + 10
-    assert not planner.pruned(_plan(turn, window), None).prune.pruned
-    pending = [{"role": "assistant", "content": "p" * 2_000}, dict(CONTINUE_REQUEST)]
-    follow = planner.pruned(_plan(turn + pending, window), None, len(pending))
-    assert not follow.prune.pruned and follow.messages == turn + pending
-
-
 def _stored(index: int, role: str, content: str) -> StoredMessage:
     return StoredMessage(
         index + 1, 1, role, "", content, None, None, "2026-01-01T00:00:00+00:00", 0
