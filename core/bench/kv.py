@@ -164,7 +164,6 @@ class TurnRow:
     seconds: float
     first_cached: int = 0  # the turn's first completion: prompt tokens from the cache
     first_prompt: int = 0  # ... and its prompt tokens
-    last_prompt: int = 0  # the turn's last completion's prompt tokens
 
     @property
     def share(self) -> float:
@@ -208,7 +207,6 @@ async def run_kv_chat(
                 remembered=remembered,
                 first_cached=evals[0].cached if evals else 0,
                 first_prompt=evals[0].prompt if evals else 0,
-                last_prompt=evals[-1].prompt if evals else 0,
                 error=reply is None or reply.is_error,
                 seconds=round(seconds, 2),
             )
@@ -223,8 +221,8 @@ def cache_share(rows: list[TurnRow]) -> float:
 
 def skill_turn(rows: list[TurnRow], skill_at: int) -> dict[str, Any] | None:
     """The turn a skill was installed before: its first completion's cached prompt tokens
-    against the previous turn's last prompt (all of it, static prefix first, should be
-    served from cache: the skills list goes after the history)."""
+    against the previous turn's first prompt (a prefix of it: all of it, static prefix
+    first, should be served from cache, since the skills list goes after the history)."""
     if not 1 < skill_at <= len(rows):
         return None
     row, before = rows[skill_at - 1], rows[skill_at - 2]
@@ -232,9 +230,9 @@ def skill_turn(rows: list[TurnRow], skill_at: int) -> dict[str, Any] | None:
         "turn": skill_at,
         "first_request_cached": row.first_cached,
         "first_request_prompt": row.first_prompt,
-        "previous_turn_prompt": before.last_prompt,
+        "previous_turn_prompt": before.first_prompt,
         "compacted": row.compacted,
-        "previous_request_all_cached": row.first_cached >= before.last_prompt - 1,
+        "previous_request_all_cached": row.first_cached >= before.first_prompt - 1,
     }
 
 
