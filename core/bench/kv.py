@@ -29,7 +29,7 @@ from typing import Any, Literal, Protocol, cast
 
 import click
 
-from core.api import Handler, Inbound
+from core.api import Chat, Handler, Inbound
 from core.bench.fakes.llama_server import (
     MODEL_ALIAS,
     LlamaServer,
@@ -144,6 +144,11 @@ def install_skill(runtime: Runtime, text: str = SKILL_TEXT) -> str:
     return install_bundle(files, bundle, scope_dir("global"), limits).name
 
 
+def static_prefix_text(runtime: Runtime, chat: Chat) -> str:
+    """The system prompt the chat's next request starts with."""
+    return str(runtime.planner.plan(chat, [], tools=False).messages[0]["content"])
+
+
 class ChatRuntime(Runtime, Protocol):
     """The runtime parts the bench drives: the dispatcher, as a channel would."""
 
@@ -186,7 +191,10 @@ async def run_kv_chat(
     rows: list[TurnRow] = []
     for turn in range(1, turns + 1):
         if turn == skill_at:
+            before = static_prefix_text(runtime, chat)
             install_skill(runtime)
+            server.notes["static_prefix_unchanged"] = static_prefix_text(runtime, chat) == before
+            server.notes["static_prefix_tokens"] = server.count_tokens(before)
         remembered = remember_every > 0 and turn % remember_every == 0
         if remembered:
             await handle(Inbound(CHANNEL, CHAT_ID, remember_message(turn // remember_every - 1)))
@@ -219,14 +227,19 @@ def cache_share(rows: list[TurnRow]) -> float:
     return round(sum(row.cached_tokens for row in rows) / prompt, 4) if prompt else 0.0
 
 
-def skill_turn(rows: list[TurnRow], skill_at: int) -> dict[str, Any] | None:
+def skill_turn(
+    rows: list[TurnRow], skill_at: int, notes: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """The turn a skill was installed before: its first completion's cached prompt tokens
     against the previous turn's first prompt (a prefix of it: all of it, static prefix
     first, should be served from cache, since the skills list goes after the history)."""
     if not 1 < skill_at <= len(rows):
         return None
     row, before = rows[skill_at - 1], rows[skill_at - 2]
-    return {
+    notes = notes or {}
+    prefix = int(notes.get("static_prefix_tokens") or 0)
+    return notes | {
+        "static_prefix_cached": bool(prefix) and row.first_cached >= prefix,
         "turn": skill_at,
         "first_request_cached": row.first_cached,
         "first_request_prompt": row.first_prompt,
@@ -240,7 +253,7 @@ def kv_result(rows: list[TurnRow], settings: dict[str, Any]) -> dict[str, Any]:
     counted = [row for row in rows if row.turn >= FIRST_COUNTED_TURN]
     steady = [row for row in counted if not row.compacted]
     return settings | {
-        "skill_turn": skill_turn(rows, int(settings.get("skill_at") or 0)),
+        "skill_turn": skill_turn(rows, int(settings.get("skill_at") or 0), settings.get("notes")),
         "counted_turns": f"{FIRST_COUNTED_TURN}-{rows[-1].turn}" if rows else "",
         "share_cached": cache_share(counted),
         "share_cached_without_compaction_turns": cache_share(steady),
@@ -379,9 +392,12 @@ def bench_kv(
             try:
                 chat = run_kv_chat(runtime, server, turns, remember_every, size, skill_at)
                 rows = asyncio.run(chat)
+                settings["notes"] = server.notes
             finally:
                 runtime.close()
         if keep_log is not None:
             shutil.copyfile(server.log_path, keep_log)
-    result = kv_result(rows, settings)
+    notes = settings.pop("notes", {})
+    result = kv_result(rows, settings | {"notes": notes})
+    result.pop("notes", None)
     echo_result(result, as_json, lambda: kv_lines(result))
