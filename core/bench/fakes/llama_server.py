@@ -24,8 +24,9 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -185,6 +186,7 @@ class LlamaServer:
     log_path: Path
     n_ctx: int
     alias: str = MODEL_ALIAS
+    notes: dict[str, Any] = field(default_factory=dict)  # what a bench learned on the way
 
     @property
     def base_url(self) -> str:
@@ -202,6 +204,13 @@ class LlamaServer:
         with self.log_path.open("rb") as log:
             log.seek(since)
             return parse_prompt_evals(log.read().decode("utf-8", errors="replace"))
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the server's own tokenizer makes of `text`."""
+        base = self.base_url.removesuffix("/v1")
+        response = httpx.post(f"{base}/extras/tokenize/count", json={"input": text}, timeout=60)
+        response.raise_for_status()
+        return int(response.json()["count"])
 
     def stop(self) -> None:
         if self.process.poll() is None:
