@@ -78,15 +78,18 @@ def dynamic_room(config: Config, planner: RequestPlanner) -> int:
     return min(budget.total_chars, budget.section_chars) // 4
 
 
-SMALL_USABLE = 2_048  # tokens: below this usable window (a 2,048 window), recall gets a small share
-SMALL_RECALL_SHARE = 0.06  # of the usable window (issue 32: the fixed part <= 40% at 2,048)
+RECALL_SHARES = ((2_048, 0.06), (4_096, 0.15))  # (usable tokens below, share of them) for recall
+# (issue 32: the fixed part <= 40% at a 2,048 window; <= 1 compaction per 20 turns at 4,096)
 
 
 def recall_cap(config: Config, planner: RequestPlanner) -> float:
-    """The most tokens the recalled section may take: no cap of its own on a usable window
-    of `SMALL_USABLE` tokens or more, else `SMALL_RECALL_SHARE` of it, so that on a small
-    window recalled messages do not crowd out the conversation itself."""
+    """The most tokens the recalled section may take: a small share of a small usable window
+    (`RECALL_SHARES`), so that recalled messages do not crowd out the conversation itself;
+    no cap of its own on a usable window of 4,096 tokens or more."""
     from core.model.profile import effective_window
 
     usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
-    return float("inf") if usable >= SMALL_USABLE else usable * SMALL_RECALL_SHARE
+    for below, share in RECALL_SHARES:
+        if usable < below:
+            return usable * share
+    return float("inf")

@@ -147,3 +147,14 @@ def test_longrun_on_a_2048_window_meets_the_small_window_targets() -> None:
     assert figures["error_replies"] == 0
     assert figures["fixed_share"] <= 0.40
     assert figures["compactions_per_100_turns"] <= 12.5  # at most one per 8 turns
+
+
+def test_longrun_on_a_4096_window_compacts_at_most_once_in_20_turns() -> None:
+    """Recall takes a share of a 4,096 window too, so it cannot fill it every few turns."""
+    args = ["bench", "longrun", "--turns", "40", "--window", "4096", "--message-chars", "680"]
+    args += ["--tool-every", "0", "--plugins", "all", "--json"]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    figures = json.loads(result.stdout[result.stdout.index("{") :])
+    assert figures["requests_over_window"] == 0 and figures["lost_messages"] == 0
+    assert figures["compactions"] >= 1
+    assert figures["compactions_per_100_turns"] <= 5.0
