@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, McpServerConfig, load_config
 from core.errors import ConfigError, ToolError
 from core.mcp import plugin as mcp_plugin
-from core.mcp.connection import McpServer
+from core.mcp.connection import STDIO_NICENESS, McpServer, niced_command
 from core.mcp.extension import McpExtension, probe, server_check
 
 START_S = 60.0  # the test server imports the SDK; slow on a busy machine
@@ -165,6 +166,38 @@ async def test_a_crash_mid_call_is_a_tool_error_then_the_server_restarts(
     crash_result = tool_results(fake_llm.requests[1])["c1"]
     assert crash_result.startswith("error:") and "being restarted" in crash_result
     assert tool_results(fake_llm.requests[-1])["c2"] == "back"
+
+
+def server_niceness(marker: str) -> list[int]:
+    """The niceness of each running process whose command line holds `marker` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        program = Path(cmdline.split(b"\0")[0].decode(errors="replace")).name
+        if entry.name.isdigit() and marker.encode() in cmdline and program != "nice":
+            found.append(os.getpriority(os.PRIO_PROCESS, int(entry.name)))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="reads /proc")
+async def test_a_stdio_server_runs_below_the_bots_cpu_priority(config: Config) -> None:
+    """On a small machine a server starting or working never takes the CPU from a reply."""
+    marker = f"priority-check-{os.getpid()}"
+    server = stdio_server(chats=["*"])
+    server.args = [*server.args, marker]  # an extra argument the test server ignores
+    config.mcp.servers = [server]
+    async with running(config) as runtime:
+        await until_up(mcp_of(runtime).servers[0])
+        assert server_niceness(marker) == [min(19, os.nice(0) + STDIO_NICENESS)]
+
+
+def test_a_command_that_does_not_resolve_is_started_as_written() -> None:
+    assert niced_command("no-such-server-xyz", ["a"], None) == ("no-such-server-xyz", ["a"])
+    command, args = niced_command(sys.executable, ["-V"], None)
+    assert Path(command).name == "nice" and args[-1] == "-V"
 
 
 async def test_a_hanging_call_times_out_as_a_tool_error(
@@ -312,7 +345,7 @@ def test_http_headers_carry_the_bearer_token_from_the_environment(
 LOOP_LAG = """
 import asyncio, sys, time
 from core.config import McpServerConfig
-from core.mcp.connection import McpServer
+from core.mcp.connection import STDIO_NICENESS, McpServer, niced_command
 
 async def main():
     gaps, began = [], time.monotonic()
