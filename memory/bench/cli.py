@@ -74,6 +74,13 @@ query_precision_option = click.option(
     default=None,
     help="A file keeping vectors between runs (made when missing).",
 )
+@click.option(
+    "--gap",
+    is_flag=True,
+    help="With the kept techniques: where each question's evidence ranks (top 100), an "
+    "oracle re-ranker of the top 50, evidence out of reach of both rankers "
+    "(docs/notes/locomo-gap.md). Always JSON.",
+)
 @query_precision_option
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable result.")
 def bench_locomo(
@@ -83,6 +90,7 @@ def bench_locomo(
     techniques: tuple[str, ...],
     compare: bool,
     embedding_cache: Path | None,
+    gap: bool,
     query_precision: str,
     as_json: bool,
 ) -> None:
@@ -94,6 +102,9 @@ def bench_locomo(
         from memory.bench.embedding_cache import CachingEmbedder
 
         embedder = CachingEmbedder(embedder, embedding_cache)
+    if gap:
+        _locomo_gap(path, kind, embedder)
+        return
     chosen = DEFAULT if not techniques else frozenset(techniques) - {"none"}
     runs = _compare_runs(chosen) if compare else {_run_name(chosen): chosen}
     summaries = {}
@@ -111,6 +122,17 @@ def bench_locomo(
         embedder.save()
     if as_json:
         click.echo(json.dumps(summaries if compare else summaries[name], indent=2))
+
+
+def _locomo_gap(path: Path, kind: str, embedder: Any) -> None:
+    from memory.bench.locomo_gap import run_gap
+
+    with tempfile.TemporaryDirectory(prefix="mnemo-locomo-gap-") as work:
+        report = run_gap(path, Path(work), embedder, kind == "observations")
+    if embedder is not None:
+        embedder.save()
+    summary = {"credit": LOCOMO_CREDIT, "memories": kind, **report.summary()}
+    click.echo(json.dumps(summary, indent=2))
 
 
 def _run_name(techniques: frozenset[str]) -> str:

@@ -5,8 +5,9 @@
   and `resolve-dates` (relative dates followed by the date they meant);
 - product steps are the second stage of the product's own ranking
   (`memory.second_stage.STEPS`), passed to `rank_memories` as its `Stage`;
-- experimental steps (`focus`, `feedback`, `entities`) re-score the product's ranking in
-  the bench only: measured, they did not hold, so the product does not run them.
+- experimental steps (`focus`, `feedback`, `entities`, `sessions`, `cooccur`,
+  `term-feedback`) re-score the product's ranking in the bench only: measured, they did
+  not hold, so the product does not run them (docs/notes/locomo-gap.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from memory.temporal import date_prefix, resolve_relative_dates
 
 INGEST_TECHNIQUES = ("date-prefix", "resolve-dates")
 PRODUCT_STEPS = STEPS
-EXPERIMENTAL = ("focus", "feedback", "entities")
+EXPERIMENTAL = ("focus", "feedback", "entities", "sessions", "cooccur", "term-feedback")
 TECHNIQUES = INGEST_TECHNIQUES + PRODUCT_STEPS + EXPERIMENTAL
 _WORD = re.compile(r"[\w'’-]+")
 
@@ -44,10 +45,12 @@ class Candidates:
     texts: dict[int, str] = field(default_factory=dict)  # as said, without added dates
     vectors: dict[int, Any] = field(default_factory=dict)
     words: dict[str, list[int]] = field(default_factory=dict)
+    days: dict[int, date | None] = field(default_factory=dict)
     today: date | None = None  # the conversation's last day: when its questions are asked
 
     def add(self, item: int, text: str, day: date | None, vector: Sequence[float] | None) -> None:
         self.texts[item] = text
+        self.days[item] = day
         if vector is not None:
             import numpy
 
@@ -84,7 +87,40 @@ class Refiner:
             ranking = expansion.entity_expand(
                 ranking, known.texts, lambda name: known.words.get(name, []), query
             )
+        if "cooccur" in on or "term-feedback" in on:
+            ranking = self._expanded(query, ranking)
+        if "sessions" in on:
+            ranking = expansion.session_diverse(ranking, lambda item: known.days.get(item))
         return ranking
+
+    def _expanded(self, query: str, ranking: expansion.Ranking) -> expansion.Ranking:
+        known = self.candidates
+        asked = [w.lower() for w in _WORD.findall(query)]
+        if "cooccur" in self.techniques:
+            terms = expansion.expansion_terms(asked, known.words, len(known.texts))
+        else:
+            terms = _feedback_terms(known, [item for item, _ in ranking[:3]], set(asked))
+        return expansion.term_boost(ranking, known.words, terms, share=TERM_SHARE)
+
+
+TERM_SHARE = 0.3
+
+
+def _feedback_terms(known: Candidates, top: list[int], asked: set[str], n: int = 3) -> list[str]:
+    """RM3-like: the rarest words (2+ items, not the query's, not stop words) the top hits share."""
+    import math
+
+    from memory.terms import STOP_WORDS
+
+    weights: dict[str, float] = {}
+    total = len(known.texts)
+    for item in top:
+        for word in {w.lower() for w in _WORD.findall(known.texts.get(item, ""))}:
+            frequency = len(known.words.get(word, []))
+            if word in asked or word in STOP_WORDS or len(word) < 3 or frequency < 2:
+                continue
+            weights[word] = weights.get(word, 0.0) + math.log(total / frequency)
+    return sorted(weights, key=lambda word: -weights[word])[:n]
 
 
 # The product's defaults (measured on LoCoMo dev, turns and observation facts, each

@@ -7,10 +7,13 @@ from collections.abc import Sequence
 from memory.expansion import (
     apply_factors,
     entity_expand,
+    expansion_terms,
     feedback_rescore,
     focus_boost,
     names_in,
     neighbour_expand,
+    session_diverse,
+    term_boost,
 )
 
 RANKING = [(1, 1.0), (2, 0.8), (3, 0.5), (4, 0.2)]
@@ -61,3 +64,36 @@ def test_focus_raises_items_naming_the_query_names() -> None:
 
 def test_apply_factors() -> None:
     assert apply_factors(RANKING, {4: 10.0})[0] == (4, 2.0)
+
+
+def test_session_diverse_caps_one_day_in_the_first_places() -> None:
+    days = {1: "a", 2: "a", 3: "a", 4: "b", 5: "a"}
+    ranking = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5)]
+    diverse = session_diverse(ranking, days.__getitem__, cap=2, top=3)
+    assert [item for item, _ in diverse] == [1, 2, 4, 3, 5]
+    # too few days to fill the first places: the best pushed-out items fill them, in order
+    alone = session_diverse(ranking[:3], days.__getitem__, cap=1, top=3)
+    assert [item for item, _ in alone] == [1, 2, 3]
+
+
+def test_expansion_terms_are_words_the_chat_says_with_the_query_words() -> None:
+    index = {
+        "hobbies": [1, 2, 3],
+        "painting": [1, 2],  # said twice with "hobbies", nowhere else
+        "weather": [3, *range(10, 20)],  # frequent, seldom with "hobbies"
+        "the": list(range(1, 40)),
+    }
+    assert expansion_terms(["hobbies"], index, total=60) == ["painting"]
+    assert expansion_terms(["unknown"], index, total=60) == []
+
+
+def test_term_boost_raises_and_pulls_in_items_holding_the_terms() -> None:
+    boosted = term_boost(RANKING, {"painting": [4, 9]}, ["painting"], share=0.5)
+    assert [(item, round(score, 3)) for item, score in boosted] == [
+        (1, 1.0),
+        (2, 0.8),
+        (4, 0.7),
+        (9, 0.5),
+        (3, 0.5),
+    ]
+    assert term_boost(RANKING, {}, [], share=0.5) == RANKING
