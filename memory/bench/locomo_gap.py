@@ -60,6 +60,12 @@ class Asked:
     images: frozenset[str]  # evidence turns that carry a photo caption
     no_item: frozenset[str]  # evidence turns no memory stands for (observations: no fact)
 
+    def out_of_reach(self, k: int, near: int = 50) -> list[str]:
+        """Missing turns sharing no content stem and not among the `near` nearest vectors."""
+        return [
+            t for t in self.missing(k) if t not in self.shares_stem and self.vector_rank[t] > near
+        ]
+
     def missing(self, k: int) -> list[str]:
         return [t for t, rank in self.ranks.items() if rank is None or rank > k]
 
@@ -82,8 +88,22 @@ class GapReport:
             "questions": len(self.asked),
             "by_category": {name: _group(items) for name, items in groups.items()},
             "by_evidence_count": _by_count(self.asked),
+            "by_conversation": self.by_conversation(),
             "images": _images(self.asked),
         }
+
+    def by_conversation(self) -> dict[str, dict[str, float]]:
+        """cov@10, cov@50 and the oracle's cov@10 of each conversation."""
+        names = dict.fromkeys(a.sample for a in self.asked)
+        result: dict[str, dict[str, float]] = {}
+        for name in names:
+            items = [a for a in self.asked if a.sample == name]
+            result[name] = {
+                "cov@10": _mean([a.cov(10) for a in items]),
+                "cov@50": _mean([a.cov(50) for a in items]),
+                "oracle_top50_cov@10": _mean([a.oracle for a in items]),
+            }
+        return result
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -105,6 +125,7 @@ def _group(items: list[Asked]) -> dict[str, Any]:
     bands["no_item_at_all"] = sum(1 for a in missed for t in a.missing(10) if t in a.no_item)
     data["missing_evidence_turns"] = len(missing)
     data["missing_by_rank"] = bands
+    data["missed_with_a_turn_out_of_reach"] = sum(1 for a in missed if a.out_of_reach(10))
     data["missing_reach"] = _reach([(a, t) for a in missed for t in a.missing(10)])
     data["found_reach"] = _reach([(a, t) for a in items for t in a.ranks if t not in a.missing(10)])
     return data

@@ -52,6 +52,7 @@ def test_a_tiny_gap_run_without_vectors(tmp_path: Path) -> None:
     assert multi["missing_by_rank"]["beyond_100"] == 2
     reach = multi["missing_reach"]
     assert reach["no_shared_stem"] == reach["no_stem_and_vector_rank_over_100"] == 2
+    assert multi["missed_with_a_turn_out_of_reach"] == 1
     assert summary["by_evidence_count"]["2"] == {
         **summary["by_evidence_count"]["2"],
         "questions": 1,
