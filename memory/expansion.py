@@ -8,7 +8,9 @@ A ranking is a list of `(item id, score)` pairs, best first. Each step returns a
 - `session_diverse`: at most a few items of one session in the first places;
 - `expansion_terms` + `term_boost`: words that co-occur with the query's in the chat
   raise (and pull in) the items holding them.
-The last four are measured in `mnemo bench locomo` only (docs/notes/locomo-gap.md).
+Only `neighbour_expand` and `names_in` serve the product (`memory.second_stage`); the
+others are `mnemo bench locomo` steps that were measured and not kept
+(docs/notes/locomo-gap.md).
 """
 
 from __future__ import annotations

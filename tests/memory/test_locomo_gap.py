@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from memory.bench.cli import bench_locomo
 from memory.bench.locomo_gap import evidence_ranks, oracle_cov, run_gap
 from tests.memory.test_bench_techniques import SAMPLE
 
@@ -59,3 +61,16 @@ def test_a_tiny_gap_run_without_vectors(tmp_path: Path) -> None:
         "one_in_top10": 0.0,
     }
     assert summary["images"]["evidence_turns_with_photo"] == 2
+
+
+def test_the_gap_option_prints_the_report_as_json(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps([SAMPLE]), encoding="utf-8")
+    result = CliRunner().invoke(bench_locomo, [str(path), "--retriever", "bm25", "--gap"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["memories"] == "turns" and "CC BY-NC 4.0" in report["credit"]
+    assert report["by_category"]["temporal"]["cov@10"] == 1.0
+    assert report["by_conversation"] == {
+        "tiny": {"cov@10": 1.0, "cov@50": 1.0, "oracle_top50_cov@10": 1.0}
+    }
