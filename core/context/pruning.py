@@ -80,28 +80,21 @@ def prune_request(
     messages: Sequence[dict[str, Any]], protect_turns: int, small_window: bool = False
 ) -> tuple[list[dict[str, Any]], PruneStats]:
     """A pruned copy of `messages`: tool results and reasoning before the protected turns;
-    on a `small_window` their user and assistant texts too (the tail moves in steps), and
-    the transient sections of every block but the newest."""
+    on a `small_window` their user and assistant texts too (the tail moves in steps)."""
     if small_window:
         boundary = stepped_start(messages, protect_turns)
     else:
         boundary = protected_start(messages, protect_turns)
     if 0 < boundary < len(messages) and is_block(messages[boundary - 1]):
         boundary -= 1  # a protected user message keeps the block sent with it
-    # On a small window only the newest block (the last) keeps its transient sections:
-    # they serve the turn they were built for, and one stripped in a later step would
-    # re-evaluate every newer turn after it.
-    blocks = [index for index, message in enumerate(messages) if is_block(message)]
-    newest_block = blocks[-1] if blocks and small_window else -1
     pruned: list[dict[str, Any]] = []
     totals = [0, 0, 0, 0]  # tool results, reasoning, chars removed, texts shortened
     for index, message in enumerate(messages):
-        system = message.get("role") == "system"
-        if small_window and system and index != newest_block:
-            entry, counts = prune_block(message)
-        elif index >= boundary or system:
+        if index >= boundary or message.get("role") == "system" and not small_window:
             pruned.append(message)
             continue
+        if message.get("role") == "system":
+            entry, counts = prune_block(message)
         else:
             entry, counts = prune_entry(message, small_window)
         totals = [total + count for total, count in zip(totals, counts, strict=True)]

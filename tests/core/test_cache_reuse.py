@@ -67,18 +67,6 @@ def test_old_blocks_lose_their_recalled_lines_on_a_small_window() -> None:
     ]
 
 
-def test_only_the_newest_block_keeps_its_recalled_lines_on_a_small_window() -> None:
-    """With two protected turns (a 4,096 window) the previous turn's block loses its
-    recalled lines at once, not when a later step shortens its turn (which would evaluate
-    the newer turns' recalled lines again)."""
-    messages = _chat(4) + [_block(("recalled", "for the newest")), {"role": "user", "content": "q"}]
-    pruned, _ = prune_request(messages, 2, small_window=True)
-    blocks = [m["content"] for m in pruned if m["role"] == "system"][1:]
-    assert all("<recalled" not in block for block in blocks[:-1]) and len(blocks) == 5
-    assert blocks[-1] == messages[-2]["content"]  # the newest keeps them
-    assert pruned[-4]["content"] == messages[-4]["content"]  # the protected turn's text
-
-
 def _planner(config: Config) -> RequestPlanner:
     return RequestPlanner(config=config, store=None, tools=None, model="m")  # type: ignore[arg-type]
 
