@@ -39,7 +39,7 @@ from core.bench.fakes.llama_server import (
     smollm2_gguf,
     strict_template_gguf,
 )
-from core.bench.support import TOPICS, echo_result
+from core.bench.support import TOPICS, choice_option, echo_result
 from core.cli.runtime import Runtime, current_source
 from core.config import Config, load_config
 
@@ -329,20 +329,13 @@ def configure_bench(
 @click.option("--window", default=4096, show_default=True, help="The server's n_ctx.")
 @click.option("--max-output", default=128, show_default=True, help="[llm] max_output_tokens.")
 @click.option("--remember-every", default=3, show_default=True, help="0: no memories.")
-@click.option(
-    "--messages",
-    "size",
-    type=click.Choice(["long", "short"]),
-    default="long",
-    show_default=True,
-    help="User messages of ~450 characters, or ~150.",
+@choice_option(
+    "--messages", ["long", "short"], "User messages of ~450 characters, or ~150.", "size"
 )
-@click.option(
+@choice_option(
     "--template",
-    type=click.Choice(["gguf", "strict"]),
-    default="gguf",
-    show_default=True,
-    help="The GGUF's own chat template, or a copy refusing a non-leading system message.",
+    ["gguf", "strict"],
+    "The GGUF's own chat template, or a copy refusing a non-leading system message.",
 )
 @click.option(
     "--server-python",

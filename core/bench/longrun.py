@@ -34,6 +34,7 @@ from core.bench.support import (
     BENCH_SUMMARY,
     bench_agent,
     bench_config,
+    choice_option,
     echo_result,
     scripted_reply,
     scripted_user_message,
@@ -266,12 +267,10 @@ async def run_chat(agent: Agent, settings: LongrunSettings) -> int:
 @click.option(
     "--tool-every", default=3, show_default=True, help="A 20 KB report every Nth turn (0: none)."
 )
-@click.option(
+@choice_option(
     "--plugins",
-    type=click.Choice(["builtin", "all"]),
-    default="builtin",
-    show_default=True,
-    help="The built-ins alone, or every plugin of `mnemo run` (reflector off).",
+    ["builtin", "all"],
+    "The built-ins alone, or every plugin of `mnemo run` (reflector off).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_longrun(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,3 +106,14 @@ def echo_result(result: dict[str, Any], as_json: bool, lines: Callable[[], list[
         return
     for line in lines():
         click.echo(line)
+
+
+def choice_option(
+    flag: str, choices: Sequence[str], help_text: str, dest: str | None = None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A bench's `--flag` among `choices`, the first the default (shown in --help)."""
+    names = [flag] if dest is None else [flag, dest]
+    return click.option(
+        *names, type=click.Choice(list(choices)), default=choices[0], show_default=True,
+        help=help_text,
+    )  # fmt: skip

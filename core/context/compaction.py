@@ -4,7 +4,8 @@
 so a tool call is never separated from its result), no more than leaves the request at
 half the trigger (hysteresis: the next compaction is many turns away, not one), summarises
 the older part into the session summary (incrementally; asked as the continuation of the
-chat's own request when it fits, so a caching server evaluates only the instruction),
+start of the chat's own request that holds the older part, when it fits, so a caching
+server evaluates only the instruction),
 lets the extensions save what they learn from it (`before`), archives it as Markdown
 among the chat's files (`core.storage.file_store`) and marks its messages with the compaction id.
 If summarising fails the previous summary is kept and only the recent messages are sent

@@ -234,13 +234,17 @@ class RequestPlanner:
 
     def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
         """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
-        given); a small window also shortens old turns, and protects fewer. The last
+        given); a small window also shortens old turns, and protects fewer. Below a usable
+        window of `SHORT_PROMPT_TOKENS` every request is pruned: the pruned form is then the
+        only one, and no turn switches all old turns to it at once. The last
         `pending` messages (this turn's own) are never pruned, nor counted as turns: the
         "continue your cut reply" request must not shorten the message being answered."""
         small = plan.window < SMALL_WINDOW_TOKENS
         cut = len(plan.messages) - pending
+        # A switch to the pruned form would re-evaluate every old turn on a caching server.
+        always = plan.window < SHORT_PROMPT_TOKENS
         if protect_turns is None:
-            if plan.share <= self.config.context.prune_threshold:
+            if plan.share <= self.config.context.prune_threshold and not always:
                 return plan
             protect_turns = self.config.context.protect_turns
             if small:

@@ -262,14 +262,18 @@ async def summarise(
     """Ask the model for the updated summary of `old`; never raises an `LLMError`.
 
     With `conversation` (the chat's request as just planned) the summary is asked for as
-    its continuation when that fits the window, else from a transcript of `old`."""
+    the continuation of its start up to the end of `old` when that fits the window (the
+    server cached it with the previous request; the kept messages after it stay in the
+    chat, so the newest message and its block are not evaluated twice), else from a
+    transcript of `old`."""
     words = budget.words
-    messages = continuation_request(conversation, first_kept, words) if conversation else []
     covered = len(old)
-    if messages and estimator.request(messages) > budget.prompt_tokens:
-        # Still the cached request's start: the conversation up to the old part's end.
-        head = old_part(conversation, len(old))
-        messages = continuation_request(head, None, words) if head else []
+    # The conversation up to the old part's end: what the server cached from the previous
+    # request (the kept messages and their blocks are new to it, and stay in the chat).
+    head = old_part(conversation, len(old))
+    messages = continuation_request(head, None, words) if head else []
+    if not messages and conversation:
+        messages = continuation_request(conversation, first_kept, words)
     if not messages or estimator.request(messages) > budget.prompt_tokens:
         messages, covered = fit_summary_request(
             previous, old, estimator, budget.prompt_tokens, words

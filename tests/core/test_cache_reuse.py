@@ -102,9 +102,30 @@ def test_old_part_ends_before_the_first_kept_message_and_its_block() -> None:
     assert old_part(conversation, 7) == []
 
 
-async def test_a_summary_too_big_to_continue_the_request_continues_its_start(
-    runtime: Runtime, fake_llm: FakeOpenAIServer
+def test_a_small_window_prunes_from_the_start_so_a_turn_changes_only_the_last_one(
+    config: Config,
 ) -> None:
+    """Below a 2,048-token usable window the pruned form is the only one: no turn switches
+    every old turn to it at once (a server would evaluate them all again)."""
+    planner = _planner(config)
+    previous: list[dict[str, Any]] = []
+    for turns in range(1, 9):
+        messages = _chat(turns) + [_block(("memories", "new")), {"role": "user", "content": "q"}]
+        plan = planner.pruned(_plan(messages, 1_900), None)
+        kept = max(0, len(previous) - 2)  # all but the previous turn's block and question
+        assert plan.messages[:kept] == previous[:kept], f"turn {turns} changed older turns"
+        previous = plan.messages
+    assert _plan(messages, 1_900).share > config.context.prune_threshold  # crossed it
+    assert planner.pruned(_plan(_chat(1), 1_900), None).prune.texts_shortened == 0
+
+
+@pytest.mark.parametrize("prompt_tokens", [1_000, 10_000])
+async def test_a_summary_continues_only_the_start_it_summarises(
+    runtime: Runtime, fake_llm: FakeOpenAIServer, prompt_tokens: int
+) -> None:
+    """The server cached the previous request; the kept messages stay in the chat, so the
+    summary request is the part it summarises and the instruction, whether the whole
+    request would fit or not."""
     fake_llm.add(FakeReply(GOOD_SUMMARY))
     chat = runtime.store.get_or_create_chat("terminal", "s")
     old = [_stored(0, "user", "old question"), _stored(1, "assistant", "old answer")]
@@ -115,7 +136,7 @@ async def test_a_summary_too_big_to_continue_the_request_continues_its_start(
         _block(("memories", "a fact")),
         {"role": "user", "content": "recent " * 1_500},
     ]
-    budget = SummaryBudget(prompt_tokens=1_000, answer_tokens=300, words=150)
+    budget = SummaryBudget(prompt_tokens=prompt_tokens, answer_tokens=300, words=150)
     outcome = await summarise(
         runtime.llm, runtime.store, chat.id, None, old, ESTIMATOR, budget, conversation
     )
@@ -124,7 +145,7 @@ async def test_a_summary_too_big_to_continue_the_request_continues_its_start(
     messages = request["messages"]
     assert messages[:3] == conversation[:3]  # the start of the cached request
     assert messages[3]["role"] == "user" and "running summary" in messages[3]["content"]
-    assert len(messages) == 4
+    assert len(messages) == 4 and "recent" not in str(messages)
 
 
 async def test_a_cut_reply_is_continued_without_compacting_below_the_window(

@@ -378,8 +378,9 @@ async def test_forty_long_turns_in_a_2048_window_compact_rarely_and_lose_nothing
 async def test_threshold_summary_continues_the_chats_own_request(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
-    """The summary request is the chat's request plus an instruction, so the turn request
-    before it is its exact prefix (a caching server evaluates only the new part)."""
+    """The summary request is the start of the chat's request, up to the end of the part
+    being summarised, plus an instruction: a start of the turn request before it (a caching
+    server evaluates only the instruction), without the kept messages."""
     fake_llm.responder = _summary_responder([])
     for n in range(40):
         await runtime.agent.handle(Inbound("terminal", "k", f"turn {n}: {LONG}"))
@@ -389,13 +390,12 @@ async def test_threshold_summary_continues_the_chats_own_request(
     at = next(i for i, r in enumerate(requests) if is_summary_request(r["messages"]))
     summary, previous = requests[at]["messages"], requests[at - 1]["messages"]
     assert not summary[0]["content"].startswith("You maintain")  # the chat's own prefix
-    assert summary[: len(previous)] == previous
-    last = summary[-1]
-    assert last["role"] == "user" and last["content"].startswith("turn ")
-    assert (
-        "## Critical context" in last["content"]
-        and "on stay in the conversation" in last["content"]
-    )
+    *head, last = summary
+    assert head == previous[: len(head)] and len(head) > 2
+    assert last["role"] == "user" and last["content"].startswith("You maintain")
+    assert "## Critical context" in last["content"]
+    newest = str(requests[at + 1]["messages"][-1]["content"])
+    assert newest.startswith("turn ") and newest not in str(summary)
     assert runtime.store.session(1).summary == GOOD_SUMMARY
 
 
