@@ -277,6 +277,9 @@ add_lazy_command(cli, "init", "bots.init_cli:init_command", INIT_HELP)
 
 
 def main() -> None:
+    from core.cli.deferred_imports import defer_unused_imports
+
+    defer_unused_imports()
     try:
         cli(standalone_mode=True)
     except MnemoError as exc:
