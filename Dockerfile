@@ -21,6 +21,9 @@ COPY memory ./memory
 COPY reflector ./reflector
 COPY migrations ./migrations
 RUN make install VENV=$VENV
+# Bytecode for Mnemo's own modules, made now: the `mnemo` user cannot write __pycache__ here,
+# so without it every start would compile them all again (~0.2 s of CPU before a reply).
+RUN $VENV/bin/python -m compileall -q bots core memory reflector migrations
 
 # A non-root user owns the data volume (and the model cache, which keeps an int8 copy).
 RUN useradd --system --user-group --uid 10001 --home-dir /data --no-create-home mnemo \

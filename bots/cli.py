@@ -109,6 +109,7 @@ def chat(ctx: click.Context, chat_id: str | None, image: Path | None) -> None:
 
     context = ctx.find_object(Context)
     assert context is not None  # the root group made it
+    preload_embedder(context.config)
     with serving_model(context.config, sys.stdin.isatty()) as (config, server):
         runtime = runtime_for(config, server)
         terminal = runtime.config.terminal
@@ -138,12 +139,21 @@ def run(context: Context) -> None:
 
     from bots.embedded_cli import serving_model
 
+    preload_embedder(context.config)
     with serving_model(context.config, sys.stdin.isatty()) as (config, server):
         runtime = runtime_for(config, server)
         try:
             asyncio.run(_run(runtime))
         finally:
             runtime.close()
+
+
+def preload_embedder(config: Config) -> None:
+    """Load the embedding model in a thread while the bot is built: `runtime.start()` waits
+    for it before the first message, and would otherwise load it only then."""
+    from memory.embeddings import preload_embedder as start_loading
+
+    start_loading(config.memory.embedding_model, config.memory.query_precision)
 
 
 def runtime_for(config: Config, server: EmbeddedServer | None) -> Runtime:
@@ -277,6 +287,9 @@ add_lazy_command(cli, "init", "bots.init_cli:init_command", INIT_HELP)
 
 
 def main() -> None:
+    from core.cli.deferred_imports import defer_unused_imports
+
+    defer_unused_imports()
     try:
         cli(standalone_mode=True)
     except MnemoError as exc:

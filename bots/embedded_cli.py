@@ -36,10 +36,15 @@ def server_answers(config: Config) -> bool:
     """Whether an OpenAI-compatible server lists its models at `[llm] base_url`."""
     import httpx
 
+    from core.model.tls import shared_tls_context
+
     headers = {"Authorization": f"Bearer {config.llm.api_key or 'no-key'}"}
     url = f"{config.llm.base_url.rstrip('/')}/models"
     try:
-        return httpx.get(url, headers=headers, timeout=PING_TIMEOUT_S).status_code == 200
+        answer = httpx.get(
+            url, headers=headers, timeout=PING_TIMEOUT_S, verify=shared_tls_context()
+        )
+        return answer.status_code == 200
     except httpx.HTTPError:
         return False
 

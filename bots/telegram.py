@@ -35,7 +35,6 @@ from bots.telegram_inbound import (
 from bots.telegram_media import DEFAULT_MAX_DOWNLOAD, with_media
 from bots.telegram_stream import TelegramStreams
 from bots.telegram_updates import SkippingUpdatesRequest
-from bots.telegram_webhook import NotStored, TelegramWebhook
 from core.api import Command, Handler, Inbound, Outbound, StoreFirst
 from core.config import TelegramConfig
 
@@ -148,6 +147,7 @@ class TelegramChannel:
         """Serve the webhook path until cancelled. Each instance registers the same URL,
         secret and update types at start (idempotent; pending updates are kept), and none
         deletes the webhook on the way out: the other instances still serve it."""
+        from bots.telegram_webhook import TelegramWebhook  # aiohttp: only a webhook needs it
 
         async def receive(update: Update) -> None:
             if update.message is not None:
@@ -220,6 +220,8 @@ class TelegramChannel:
             try:
                 reply = handler.receive(inbound)
             except Exception as exc:
+                from bots.telegram_webhook import NotStored
+
                 raise NotStored(f"{type(exc).__name__}: {exc}") from exc
         else:  # a handler that does not store (tests): the answer is not tied to it
             reply = self._keep(asyncio.ensure_future(handler(inbound)))

@@ -118,6 +118,21 @@ def _torch_fallback(files: ModelFiles, reason: Exception) -> Embedder:
     return SentenceTransformerEmbedder(load_st_model(files), files.name)
 
 
+def preload_embedder(model: str = "", query_precision: str = "int8") -> threading.Thread:
+    """Start `load_embedder(model, query_precision)` in a thread, and return the thread.
+
+    A command about to start the bot calls it first, so the model loads while the runtime
+    is built (on two cores the two overlap); the keeper's own load then takes the loaded
+    model from the cache, or waits for this load to end. Same model, same moment it is
+    installed: only sooner.
+    """
+    thread = threading.Thread(
+        target=load_embedder, args=(model, query_precision), name="embedder-preload"
+    )
+    thread.start()
+    return thread
+
+
 def load_embedder(model: str = "", query_precision: str = "int8") -> Embedder | None:
     """The embedder for `model` ("" = bundled all-MiniLM-L6-v2), loaded once per process.
 

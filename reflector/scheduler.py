@@ -11,8 +11,6 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
 from reflector.reflection import PassReport, Reflector
 
 logger = logging.getLogger(__name__)
@@ -33,6 +31,9 @@ class ReflectorService:
         self._inflight: asyncio.Task[PassReport] | None = None
 
     async def run(self) -> None:
+        # Imported here: `mnemo chat` builds this service and never runs it.
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
         scheduler = AsyncIOScheduler(timezone="UTC")
         first = datetime.now(scheduler.timezone) + timedelta(
             seconds=min(self.interval_s, FIRST_RUN_MAX_DELAY_S)

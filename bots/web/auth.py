@@ -46,11 +46,6 @@ SECURITY_HEADERS = {
 }
 
 
-def new_token() -> str:
-    """A token for a start without one configured."""
-    return secrets.token_urlsafe(18)
-
-
 @dataclass(frozen=True)
 class Session:
     id: str

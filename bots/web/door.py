@@ -1,5 +1,6 @@
 """The dashboard's front door: the Host names it answers to (DNS rebinding), how fast one
-client may guess the token (`LoginThrottle`), and the warning for a bind beyond loopback.
+client may guess the token (`LoginThrottle`), the warning for a bind beyond loopback, and
+the token a start without one configured makes.
 
 A page on `evil.example` whose name is re-pointed at 127.0.0.1 reaches the dashboard as
 the same origin, so the Origin check alone cannot see it; its requests still say
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -101,3 +103,8 @@ class LoginThrottle:
 
     def succeeded(self, client: str) -> None:
         self._clients.pop(client, None)
+
+
+def new_token() -> str:
+    """A dashboard token for a start without one configured."""
+    return secrets.token_urlsafe(18)

@@ -31,7 +31,7 @@ class WebExtension(Extension):
         if configured:
             self.token, self.token_generated = configured, False
         else:
-            from bots.web.auth import new_token
+            from bots.web.door import new_token  # not auth: starlette waits for the server
 
             self.token, self.token_generated = new_token(), True
         self._dashboard: Dashboard | None = None

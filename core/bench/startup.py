@@ -43,28 +43,37 @@ class Measured:
     max_rss_mb: float
     returncode: int
     stderr: str
+    first_line: str = ""  # the first line it printed, and when (s after the start)
+    first_line_s: float = 0.0
 
 
 def measure(args: list[str], config: Path, env: dict[str, str], stdin: str = "") -> Measured:
-    """Run `mnemo ARGS` to the end; its wall time and the kernel's max RSS of it."""
-    began = time.perf_counter()
-    process = subprocess.Popen(
-        [*MNEMO, "--config", str(config), *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=config.parent,
-        text=True,
-    )
-    assert process.stdin is not None and process.stderr is not None
-    process.stdin.write(stdin)
-    process.stdin.close()
-    stderr = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - began
-    return Measured(wall, usage.ru_maxrss / 1024, process.returncode, stderr)
+    """Run `mnemo ARGS` to the end: its wall time, its first line of output and when it
+    came (`mnemo chat`'s first reply), and the kernel's max RSS of it."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as errors:
+        began = time.perf_counter()
+        process = subprocess.Popen(
+            [*MNEMO, "--config", str(config), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=env,
+            cwd=config.parent,
+            text=True,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(stdin)
+        process.stdin.close()
+        first_line = process.stdout.readline()
+        first_line_s = time.perf_counter() - began
+        process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - began
+        errors.seek(0)
+        stderr = errors.read()
+    rss = usage.ru_maxrss / 1024
+    return Measured(wall, rss, process.returncode, stderr, first_line, first_line_s)
 
 
 def bench_env(cache: Path | None) -> dict[str, str]:

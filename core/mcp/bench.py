@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer
-from core.bench.startup import MNEMO, bench_env, write_config
+from core.bench.startup import bench_env, measure, write_config
 from core.config import McpServerConfig
 from core.mcp.connection import McpServer
 
@@ -174,10 +174,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(port: int, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
+def http_server(
+    port: int, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The test server over streamable HTTP on `port` (`env`: its environment, default this
+    process's) until the block ends; `ClickException` if it does not start."""
     process = subprocess.Popen(
         [sys.executable, *SERVER, "http", str(port), *flags],
         cwd=REPO,
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -233,7 +238,6 @@ async def bench(calls: int) -> dict[str, Any]:
 # MCP server, two stdio servers, and one of them replaced by a server that never answers.
 # Servers start in the background, so the first reply should come as fast in all three.
 MUTE = "import time; time.sleep(120)"  # a server that never answers `initialize`
-RUN_LIMIT_S = 120
 
 
 def server_table(name: str, args: list[str]) -> str:
@@ -255,25 +259,12 @@ CASES = {
 
 def chat_once(config: Path, env: dict[str, str]) -> tuple[float, float]:
     """One `mnemo chat` with one line: seconds to its first reply line, and to its end."""
-    began = time.perf_counter()
-    process = subprocess.Popen(
-        [*MNEMO, "--config", str(config), "chat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=config.parent,
-        text=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write("hello\n")
-    process.stdin.close()
-    first = process.stdout.readline()
-    replied = time.perf_counter() - began
-    process.stdout.read()
-    if process.wait(RUN_LIMIT_S) != 0 or not first.strip():
-        raise click.ClickException(f"mnemo chat failed (exit {process.returncode})")
-    return replied, time.perf_counter() - began
+    run = measure(["chat"], config, env, "hello\n")
+    if run.returncode != 0 or not run.first_line.strip():
+        raise click.ClickException(
+            f"mnemo chat failed (exit {run.returncode}): {run.stderr[-400:]}"
+        )
+    return run.first_line_s, run.wall_s
 
 
 def startup_figures(repeat: int) -> dict[str, Any]:

@@ -160,10 +160,14 @@ class OpenAILLM:
     def client(self) -> httpx.AsyncClient:
         import httpx  # here, not at module level: `mnemo --help` need not pay for it
 
+        from core.model.tls import shared_tls_context
+
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             headers = {"Authorization": f"Bearer {self.config.api_key or 'no-key'}"}
-            self._client = httpx.AsyncClient(headers=headers, timeout=self.config.timeout_s)
+            self._client = httpx.AsyncClient(
+                headers=headers, timeout=self.config.timeout_s, verify=shared_tls_context()
+            )
             self._loop = loop
         return self._client
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.interval import IntervalTrigger
-
 from core.errors import InputError
+
+if TYPE_CHECKING:  # imported where used: a chat that schedules nothing never loads them
+    from apscheduler.triggers.cron import CronTrigger
 
 ScheduleKind = Literal["date", "cron", "interval"]
 UNITS_S = {
@@ -149,6 +149,8 @@ def following_run(schedule: Schedule, due: datetime, now: datetime) -> datetime 
 
 def _interval_run(schedule: Schedule, anchor: datetime, after: datetime) -> datetime | None:
     """The first run of an `IntervalTrigger` started at `anchor`, strictly after `after`."""
+    from apscheduler.triggers.interval import IntervalTrigger
+
     trigger = IntervalTrigger(
         seconds=int(schedule.expression), start_date=anchor, timezone=zone(schedule.timezone)
     )
@@ -157,6 +159,8 @@ def _interval_run(schedule: Schedule, anchor: datetime, after: datetime) -> date
 
 
 def cron_trigger(expression: str, tz: ZoneInfo) -> CronTrigger:
+    from apscheduler.triggers.cron import CronTrigger
+
     fields = expression.split()
     if len(fields) != 5 or not all(_CRON_FIELD.match(field) for field in fields):
         raise InputError(

@@ -16,7 +16,9 @@ from click.testing import CliRunner
 
 from bots.cli import cli
 from core import __version__
+from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.cli.lazy_group import LazyGroup
+from tests.conftest import mnemo_env, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 BENCHES = {
@@ -64,17 +66,21 @@ def test_the_plugins_registered_their_commands() -> None:
     assert set(bench_group().list_commands(ctx)) == BENCHES
 
 
-def imported_by(*args: str) -> set[str]:
-    """The top-level packages `python -m bots.cli ARGS` imports (from `-X importtime`)."""
+def modules_run(*args: str, stdin: str = "") -> tuple[set[str], str]:
+    """The modules `python -m bots.cli ARGS` imports (from `-X importtime`), and its output."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "bots.cli", *args],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        input=stdin, capture_output=True, text=True, timeout=120, cwd=REPO, env=mnemo_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
     assert len(lines) > 20, done.stderr  # the format is what we parse
-    return {line.rpartition("|")[2].strip().split(".")[0] for line in lines}
+    return {line.rpartition("|")[2].strip() for line in lines}, done.stdout
+
+
+def imported_by(*args: str) -> set[str]:
+    """The top-level packages `python -m bots.cli ARGS` imports."""
+    return {name.split(".")[0] for name in modules_run(*args)[0]}
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"]])
@@ -82,6 +88,25 @@ def test_version_and_help_import_nothing_heavy(args: list[str]) -> None:
     imported = imported_by(*args)
     assert "click" in imported
     assert imported & HEAVY == set()
+
+
+# What `mnemo chat` never uses up to its first reply (issue 28: start-up): the scheduler
+# and the dashboard's web stack load when they run; httpcore's trio and httpx's own command
+# line (rich, pygments) are imported but never run (`core.cli.deferred_imports`, whose
+# deferred packages show in `-X importtime` without the modules they would import).
+CHAT_UNUSED = {"apscheduler", "starlette", "uvicorn", "aiohttp", "telegram", "discord"}
+CHAT_UNRUN = {"trio._core", "rich.text", "pygments.lexers._mapping"}
+
+
+def test_a_chat_start_loads_nothing_its_first_reply_does_not_use(
+    tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data")
+    modules, output = modules_run("--config", str(config), "chat", stdin="hello there\n")
+    assert "hello there" in output  # the fake model echoes: the turn really ran
+    assert {"httpx", "httpcore", "memory.keeper", "trio"} <= modules  # and was parsed
+    assert {name.split(".")[0] for name in modules} & CHAT_UNUSED == set()
+    assert modules & CHAT_UNRUN == set()
 
 
 def test_the_version_is_the_package_version() -> None:

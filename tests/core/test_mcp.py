@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from core.api import Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config, McpServerConfig, load_config
 from core.errors import ConfigError, ToolError
+from core.mcp import bench as mcp_bench
 from core.mcp import plugin as mcp_plugin
 from core.mcp.connection import STDIO_NICENESS, McpServer, niced_command
 from core.mcp.extension import McpExtension, probe, server_check
@@ -229,29 +229,11 @@ async def test_tools_listed_again_on_list_changed(
     assert "t__late_tool" in tool_names(fake_llm.requests[-1])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def http_server() -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [*SERVER, "http", str(port)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    port = mcp_bench.free_port()
+    with mcp_bench.http_server(port):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 async def test_http_server_call_and_a_10_mb_result_is_stored_and_excerpted(

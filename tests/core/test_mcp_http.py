@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx2
 import pytest
@@ -20,33 +19,17 @@ from mcp.client.streamable_http import streamable_http_client
 
 from core.config import McpServerConfig
 from core.errors import ToolError
+from core.mcp.bench import free_port, http_server
 from core.mcp.connection import McpServer, McpTool
 from core.mcp.http_client import keep_alive_client
-from tests.core.test_mcp import REPO, SERVER, START_S, free_port, until_up
+from tests.core.test_mcp import START_S, until_up
 
 
-@contextlib.contextmanager
-def serving(port: int, *flags: str, token: str = "") -> Iterator[subprocess.Popen[bytes]]:
+def serving(
+    port: int, *flags: str, token: str = ""
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
     """The test server over HTTP on `port` until the block ends (or it crashes)."""
-    env = {**os.environ, "MNEMO_TEST_MCP_TOKEN": token}
-    process = subprocess.Popen(
-        [*SERVER, "http", str(port), *flags],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + START_S
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            assert process.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
-        yield process
-    finally:
-        process.terminate()
-        process.wait(10)
+    return http_server(port, *flags, env={**os.environ, "MNEMO_TEST_MCP_TOKEN": token})
 
 
 @contextlib.asynccontextmanager

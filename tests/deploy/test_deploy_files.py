@@ -96,6 +96,9 @@ def test_the_image_installs_with_make_install_and_runs_as_a_user() -> None:
     ]
     assert lines[0] == "FROM python:3.11-slim"
     assert any(line.startswith("RUN make install") for line in lines)
+    # ... then the bytecode of Mnemo's modules, which the image's user could not write later
+    [compiled] = [line.split() for line in lines if "compileall" in line]
+    assert {"bots", "core", "memory", "reflector", "migrations"} <= set(compiled)
     assert "install:" in (REPO / "Makefile").read_text(encoding="utf-8")
     [user] = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert user not in {"root", "0"}

@@ -333,3 +333,16 @@ def test_pooled_sessions_do_not_spin_between_runs(files: ModelFiles, onnx: OnnxE
     single = session_for(path, 1).get_session_options()
     with pytest.raises(RuntimeError, match="does not have configuration"):
         single.get_session_config_entry(entry)  # one thread: no pool, left as it is
+
+
+def test_a_preloaded_model_is_the_one_a_later_load_gets(embedder: embeddings.Embedder) -> None:
+    """`mnemo chat` and `mnemo run` start loading the model before the runtime is built
+    (`preload_embedder`); a load asked while it runs (the keeper's, at start) waits for it
+    and gets that very model."""
+    thread = embeddings.preload_embedder("", "float32")
+    assert thread.name == "embedder-preload"
+    got = embeddings.load_embedder("", "float32")
+    thread.join(120)
+    assert got is not None and got is embeddings.load_embedder("", "float32")
+    text = "a preloaded model"
+    assert np.allclose(got.embed_query(text), embedder.embed([text])[0], atol=1e-5)
