@@ -264,20 +264,28 @@ def mnemo_env() -> dict[str, str]:
 def run_mnemo(
     args: list[str], config_path: Path, stdin: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real `mnemo` CLI in a process of its own on the same data dir: forked from this
-    test process's warm `mnemo` (`tests/warm_mnemo.py`), or a cold `python -m bots.cli` when
-    MNEMO_TEST_COLD is set; either way what `subprocess.run` would return."""
-    command = [*MNEMO, "--config", str(config_path), *args]
+    """Run the real `mnemo` CLI in a process of its own on the same data dir."""
+    return run_cli(["--config", str(config_path), *args], mnemo_env(), config_path.parent,
+                   stdin, timeout)  # fmt: skip
+
+
+def run_cli(
+    args: list[str], env: dict[str, str], cwd: Path, stdin: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`python -m bots.cli ARGS` in a process of its own, with this environment, working
+    directory and stdin: forked from this test process's warm `mnemo` (`tests/warm_mnemo.py`),
+    or started cold when MNEMO_TEST_COLD is set; either way what `subprocess.run(…,
+    capture_output=True, text=True)` returns."""
+    command = [*MNEMO, *args]
     if os.environ.get(COLD):
         return subprocess.run(
-            command, input=stdin, capture_output=True, text=True, timeout=timeout,
-            env=mnemo_env(), cwd=config_path.parent,
+            command, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+            cwd=cwd,
         )  # fmt: skip
     if not _WARM:
         _WARM.append(WarmMnemo(REPO, mnemo_env()))
         atexit.register(_WARM[0].stop)
-    return _WARM[0].run(command, command[len(MNEMO) :], mnemo_env(), config_path.parent,
-                        stdin, timeout)  # fmt: skip
+    return _WARM[0].run(command, args, env, cwd, stdin, timeout)
 
 
 def start_mnemo(args: list[str], config_path: Path, cwd: Path) -> subprocess.Popen[str]:
