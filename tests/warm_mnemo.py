@@ -199,6 +199,8 @@ class WarmMnemo:
         if process is not None:
             process.kill()
             process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
             self.folder.rmdir()
@@ -224,16 +226,16 @@ class WarmMnemo:
             socket.send_fds(connection, [request], [stdin_r, stdout_w, stderr_w])
             for fd in (stdin_r, stdout_w, stderr_w):
                 os.close(fd)
-            replies = connection.makefile("rb")
-            pid = int(replies.readline())
-            deadline = time.monotonic() + timeout
-            outputs = exchange(stdin_w, stdout_r, stderr_r, stdin.encode(), deadline)
-            if outputs is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                replies.readline()
-                raise subprocess.TimeoutExpired(command, timeout)
-            returncode = int(replies.readline())
+            with connection.makefile("rb") as replies:
+                pid = int(replies.readline())
+                deadline = time.monotonic() + timeout
+                outputs = exchange(stdin_w, stdout_r, stderr_r, stdin.encode(), deadline)
+                if outputs is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    replies.readline()
+                    raise subprocess.TimeoutExpired(command, timeout)
+                returncode = int(replies.readline())
         out, err = outputs
         return subprocess.CompletedProcess(command, returncode, text_of(out), text_of(err))
 
