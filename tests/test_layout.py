@@ -10,7 +10,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+# The rules share one parse of every module (`parsed`): one xdist worker runs them all.
+pytestmark = pytest.mark.xdist_group("layout")
 PRODUCT = ("core", "memory", "reflector", "bots", "migrations")
 FORBIDDEN_IN_CORE = ("bots", "memory", "reflector", "telegram", "discord")
 COMPOSITION_ROOTS = {"cli.py", "runtime.py", "plugins.py", "app.py", "__init__.py"}
