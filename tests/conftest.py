@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def seed_exports(source: Path, target: Path) -> None:
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
 MNEMO = [sys.executable, "-m", "bots.cli"]
 _WARM: list[WarmMnemo] = []  # this process's warm `mnemo`, started by the first run_mnemo
+_WARM_LOCK = threading.Lock()
 _DATABASE_NUMBERS = itertools.count(1)
 
 
@@ -282,9 +284,10 @@ def run_cli(
             command, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
             cwd=cwd,
         )  # fmt: skip
-    if not _WARM:
-        _WARM.append(WarmMnemo(REPO, mnemo_env()))
-        atexit.register(_WARM[0].stop)
+    with _WARM_LOCK:  # tests run commands from several threads at once
+        if not _WARM:
+            _WARM.append(WarmMnemo(REPO, mnemo_env()))
+            atexit.register(_WARM[0].stop)
     return _WARM[0].run(command, args, env, cwd, stdin, timeout)
 
 

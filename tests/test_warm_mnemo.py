@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,21 @@ def test_the_environment_and_stdin_are_the_callers(
     assert hot.returncode == 0, hot.stderr
     assert (tmp_path / "data").is_dir()
     assert fake_llm.requests and "hello there" in str(fake_llm.requests[-1])
+
+
+def test_a_warm_process_started_from_a_thread_outlives_the_thread(tmp_path: Path) -> None:
+    """Tests run commands from thread pools: the warm process stays when the thread ends."""
+    runner = WarmMnemo(REPO, mnemo_env())
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            first = pool.submit(runner.run, [*MNEMO, "--version"], ["--version"], mnemo_env(),
+                                tmp_path, "", 120).result()  # fmt: skip
+        assert first.returncode == 0 and runner.process is not None
+        started = runner.process.pid
+        again = runner.run([*MNEMO, "--version"], ["--version"], mnemo_env(), tmp_path, "", 120)
+        assert again.stdout == first.stdout and runner.process.pid == started
+    finally:
+        runner.stop()
 
 
 def test_a_command_past_its_deadline_is_cut_short() -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import gc
 import io
 import json
@@ -34,7 +33,6 @@ import traceback
 from pathlib import Path
 
 COLD = "MNEMO_TEST_COLD"
-_PR_SET_PDEATHSIG = 1
 _READ_CHUNK = 65536
 # What the commands import, loaded before the first fork. Not onnxruntime nor torch: their
 # import starts native threads, and a child forked after it aborts at exit (the C++ runtime
@@ -130,13 +128,17 @@ def exit_as_python_does(code: int) -> None:
 def serve(path: str) -> None:
     """Accept requests on the unix socket `path`; fork a child for each; report its status."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a warm process before this one that was killed
     listener.bind(path)
     listener.listen(16)
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     print("ready", flush=True)
     while True:
-        readable, _, _ = select.select([listener, *waiting], [], [])
+        readable, _, _ = select.select([sys.stdin, listener, *waiting], [], [])
         for ready in readable:
+            if ready is sys.stdin:  # end of file: the test process is gone
+                return
             if ready is listener:
                 connection, _ = listener.accept()
                 message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
@@ -160,10 +162,6 @@ def serve(path: str) -> None:
                 connection.close()
 
 
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-
-
 # -- the test side ----------------------------------------------------------------------------
 
 
@@ -182,13 +180,14 @@ class WarmMnemo:
         with self.lock:
             if self.process is not None and self.process.poll() is None:
                 return
+            # It stops at the end of its stdin: when this process is gone, whichever thread
+            # started it (PR_SET_PDEATHSIG would stop it with the thread).
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.warm_mnemo", self.socket_path],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self.env,
                 cwd=self.repo,
-                preexec_fn=_die_with_parent,
             )
             assert self.process.stdout is not None
             if self.process.stdout.readline() != b"ready\n":
@@ -199,8 +198,9 @@ class WarmMnemo:
         if process is not None:
             process.kill()
             process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    pipe.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
             self.folder.rmdir()
