@@ -43,8 +43,11 @@ chat: configured
 # loadgroup keeps the tests that share one expensive fixture (xdist_group) on one worker.
 TEST_WORKERS ?= 4
 
+# Bytecode is written even where the shell says not to (PYTHONDONTWRITEBYTECODE): else every
+# worker and every `mnemo` process compiles the checkout again, and pytest rewrites every
+# test module's asserts again in each worker (~10 CPU-s a worker).
 test: $(DEV_STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # llama-cpp-python builds from source the first time (~10 min on 2 cores); pip keeps the
 # wheel in its cache, so later installs take seconds.

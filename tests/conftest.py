@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 from memory.model_files import cache_root
 from memory.onnx_embedder import MANIFEST, QUERY_FAILED
+from tests.warm_mnemo import COLD, WarmMnemo
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,6 +86,8 @@ def seed_exports(source: Path, target: Path) -> None:
 
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
 MNEMO = [sys.executable, "-m", "bots.cli"]
+_WARM: list[WarmMnemo] = []  # this process's warm `mnemo`, started by the first run_mnemo
+_WARM_LOCK = threading.Lock()
 _DATABASE_NUMBERS = itertools.count(1)
 
 
@@ -262,16 +266,29 @@ def mnemo_env() -> dict[str, str]:
 def run_mnemo(
     args: list[str], config_path: Path, stdin: str = "", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real `mnemo` CLI in a subprocess (a new process on the same data dir)."""
-    return subprocess.run(
-        [*MNEMO, "--config", str(config_path), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=mnemo_env(),
-        cwd=config_path.parent,
-    )
+    """Run the real `mnemo` CLI in a process of its own on the same data dir."""
+    return run_cli(["--config", str(config_path), *args], mnemo_env(), config_path.parent,
+                   stdin, timeout)  # fmt: skip
+
+
+def run_cli(
+    args: list[str], env: dict[str, str], cwd: Path, stdin: str = "", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`python -m bots.cli ARGS` in a process of its own, with this environment, working
+    directory and stdin: forked from this test process's warm `mnemo` (`tests/warm_mnemo.py`),
+    or started cold when MNEMO_TEST_COLD is set; either way what `subprocess.run(…,
+    capture_output=True, text=True)` returns."""
+    command = [*MNEMO, *args]
+    if os.environ.get(COLD):
+        return subprocess.run(
+            command, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
+            cwd=cwd,
+        )  # fmt: skip
+    with _WARM_LOCK:  # tests run commands from several threads at once
+        if not _WARM:
+            _WARM.append(WarmMnemo(REPO, mnemo_env()))
+            atexit.register(_WARM[0].stop)
+    return _WARM[0].run(command, args, env, cwd, stdin, timeout)
 
 
 def start_mnemo(args: list[str], config_path: Path, cwd: Path) -> subprocess.Popen[str]:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
+# The rules share one parse of every module (`parsed`): one xdist worker runs them all.
+pytestmark = pytest.mark.xdist_group("layout")
 PRODUCT = ("core", "memory", "reflector", "bots", "migrations")
 FORBIDDEN_IN_CORE = ("bots", "memory", "reflector", "telegram", "discord")
 COMPOSITION_ROOTS = {"cli.py", "runtime.py", "plugins.py", "app.py", "__init__.py"}
@@ -32,9 +37,20 @@ def modules() -> dict[str, Path]:
     return found
 
 
+@functools.cache
+def parsed(source: str) -> ast.Module:
+    """A module's syntax tree, parsed once for all the rules below (keyed by its text, so a
+    file a test writes is parsed as it is)."""
+    return ast.parse(source)
+
+
+def tree_of(path: Path) -> ast.Module:
+    return parsed(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path) -> set[str]:
     """Top-level names of what a module imports (anywhere in it, TYPE_CHECKING too)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -56,7 +72,7 @@ def import_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree_of(path)):
             if isinstance(node, ast.Import):
                 targets = [resolve(alias.name) for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -143,7 +159,7 @@ def test_the_turn_api_is_a_leaf() -> None:
 def test_only_the_assembly_builds_an_agent() -> None:
     builders = []
     for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree_of(path)):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Agent":
                 builders.append(name)
     assert builders == ["core.turn.assembly"]
@@ -197,7 +213,7 @@ def engine_names_in(path: Path) -> Iterator[str]:
     def names_engine(module: str) -> bool:
         return module.split(".")[0] in ENGINE_IMPORTS or module in ENGINE_CONNECTIONS
 
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree_of(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if names_engine(alias.name):
@@ -221,7 +237,7 @@ CONNECTION_NAMES = ("conn", "connection", "db", "cursor", "cur", "pg")
 
 def sql_in(path: Path) -> Iterator[str]:
     """SQL-looking string literals (f-string parts too) and `.execute` calls, docstrings aside."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(path)
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)
@@ -304,14 +320,14 @@ def exception_classes_outside_the_tree() -> list[str]:
     tree (the test harnesses under `core/bench/fakes/` aside: their failures are not Mnemo's)."""
     in_tree = {
         node.name
-        for node in ast.walk(ast.parse((REPO / "core/errors.py").read_text(encoding="utf-8")))
+        for node in ast.walk(tree_of(REPO / "core/errors.py"))
         if isinstance(node, ast.ClassDef)
     }
     classes: list[tuple[str, set[str]]] = []
     for name, path in modules().items():
         if name == "core.errors" or name.startswith("core.bench.fakes"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(tree_of(path)):
             if isinstance(node, ast.ClassDef):
                 bases = {getattr(b, "id", None) or getattr(b, "attr", "") for b in node.bases}
                 classes.append((f"{name}.{node.name}", bases))
@@ -344,7 +360,7 @@ def test_no_function_is_over_fifty_lines() -> None:
     long = [
         f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
         for name, path in modules().items()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(tree_of(path))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.end_lineno is not None
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from bots.demo_install import Progress, follow, pip_command
 from bots.embedded_cli import unattended_fallback
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import load_config
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 DEAD_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens on loopback
@@ -22,11 +22,7 @@ DEAD_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens on loopb
 
 def mnemo(cwd: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "MNEMO_CONFIG"))}
-    return subprocess.run(
-        [sys.executable, "-m", "bots.cli", *args],
-        input=stdin, capture_output=True, text=True, timeout=300, cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    return run_cli(list(args), {**env, "PYTHONPATH": str(REPO)}, cwd, stdin, timeout=300)
 
 
 def write_config(cwd: Path, base_url: str, embedded: str) -> None:

@@ -8,7 +8,6 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from core.bench.fakes.fake_discord_api import FakeDiscordAPI
 from core.bench.fakes.fake_openai import FakeOpenAIServer, OllamaTraits, ServerTraits
 from core.bench.fakes.fake_telegram import FakeTelegramServer
 from core.config import load_config
+from tests.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 SECRETS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TELEGRAM_BOT_TOKEN", "DISCORD_BOT_TOKEN")
@@ -32,11 +32,8 @@ def init(
     cwd: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in SECRETS and k != "MNEMO_CONFIG"}
-    return subprocess.run(
-        [sys.executable, "-m", "bots.cli", "init", *args],
-        capture_output=True, text=True, timeout=60, cwd=cwd, stdin=subprocess.DEVNULL,
-        env={**clean, "PYTHONPATH": str(REPO), **(env or {})},
-    )  # fmt: skip
+    return run_cli(["init", *args], {**clean, "PYTHONPATH": str(REPO), **(env or {})}, cwd,
+                   timeout=60)  # fmt: skip
 
 
 def written(cwd: Path) -> dict[str, object]:

@@ -19,9 +19,8 @@ from core.storage.engine import Storage
 from core.storage.live_turn_store import DatabaseLiveTurnStore, LiveTurnKey
 from core.storage.stores import delivery_store, live_turn_store, session_store
 from core.turn import live as live_module
-from core.turn.dispatcher import Dispatcher
 from core.turn.live import REPLY_CHARS, STALE_S, TOOL_CALLS_KEPT, LiveTurn, live_view
-from tests.core.support import light_runtime, stored
+from tests.core.support import dispatching_runtime, stored
 from tests.fakes.channels import StreamingRecordingChannel
 
 HERE = socket.gethostname()
@@ -119,11 +118,8 @@ class BrokenStore(DatabaseLiveTurnStore):
 
 @pytest.fixture
 async def rt(config: Config) -> AsyncIterator[Runtime]:
-    runtime = light_runtime(config)
-    runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=(0.01,))
-    yield runtime
-    await runtime.dispatcher.stop()
-    runtime.close()
+    async with dispatching_runtime(config) as runtime:
+        yield runtime
 
 
 def row_of(runtime: Runtime, chat: str) -> Any:

@@ -13,8 +13,7 @@ from core.api import Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config
 from core.turn.agent import STREAM_CUT_MARKER
-from core.turn.dispatcher import Dispatcher
-from tests.core.support import light_runtime, stored
+from tests.core.support import dispatching_runtime, stored
 from tests.fakes.channels import StreamingRecordingChannel
 
 
@@ -24,11 +23,8 @@ def said(text: str) -> Inbound:
 
 @pytest.fixture
 async def rt(config: Config) -> AsyncIterator[Runtime]:
-    runtime = light_runtime(config)
-    runtime.dispatcher = Dispatcher(runtime.agent, retry_delays_s=(0.01,))
-    yield runtime
-    await runtime.dispatcher.stop()
-    runtime.close()
+    async with dispatching_runtime(config) as runtime:
+        yield runtime
 
 
 def replies(runtime: Runtime) -> list[str]:

@@ -8,6 +8,7 @@ PostgreSQL database, with the dashboard reading through the same `DatabaseDashbo
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -65,6 +66,18 @@ class Site:
     def memory_id(self, chat: Chat, text: str) -> int:
         [memory] = [m for m in self.keeper.store.list(chat.id) if text in m.content]
         return memory.id
+
+
+async def server_sent_events(response: httpx.Response) -> AsyncIterator[tuple[float, str, str]]:
+    """(arrival time, event, data) of each server-sent event of a streamed response, as it
+    arrives (an event without a name is a "message", as in a browser)."""
+    buffer = ""
+    async for chunk in response.aiter_text():
+        buffer += chunk
+        while "\n\n" in buffer:
+            frame, buffer = buffer.split("\n\n", 1)
+            fields = dict(line.split(": ", 1) for line in frame.splitlines())
+            yield time.monotonic(), fields.get("event", "message"), fields.get("data", "")
 
 
 async def say(runtime: Runtime, chat_id: str, text: str, name: str) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from bots.runtime import Runtime
 from bots.web.chat import WebChatChannel
 from bots.web.extension import WebExtension
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
-from tests.bots.web.conftest import CSRF
+from tests.bots.web.conftest import CSRF, server_sent_events
 from tests.bots.web.test_browser import CHROMEDRIVER, CHROMIUM, Browser, chromium
 
 TOKEN = "chat-token-0123456789abcdef0123"
@@ -69,14 +68,10 @@ async def logged_in(client: httpx.AsyncClient, url: str) -> str:
 
 async def read_events(response: httpx.Response) -> list[tuple[float, str, str]]:
     """(arrival time, event, text) of each server-sent event, as they arrive."""
-    events, buffer = [], ""
-    async for chunk in response.aiter_text():
-        buffer += chunk
-        while "\n\n" in buffer:
-            frame, buffer = buffer.split("\n\n", 1)
-            fields = dict(line.split(": ", 1) for line in frame.splitlines())
-            events.append((time.monotonic(), fields["event"], json.loads(fields["data"])["text"]))
-    return events
+    return [
+        (at, event, json.loads(data)["text"])
+        async for at, event, data in server_sent_events(response)
+    ]
 
 
 async def test_a_message_is_stored_and_its_reply_streams_as_it_grows(

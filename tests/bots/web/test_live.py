@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,7 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.config import Config
 from core.storage.stores import delivery_store, live_turn_store
 from core.turn.live import live_view
-from tests.bots.web.conftest import ON_BOTH_ENGINES
+from tests.bots.web.conftest import ON_BOTH_ENGINES, server_sent_events
 from tests.fakes.channels import StreamingRecordingChannel
 
 pytestmark = ON_BOTH_ENGINES
@@ -75,15 +74,11 @@ async def turn_running(web: Dashboard, chat: Chat) -> None:
 
 
 async def turn_events(response: httpx.Response) -> list[tuple[float, dict[str, Any]]]:
-    events, buffer = [], ""
-    async for chunk in response.aiter_text():
-        buffer += chunk
-        while "\n\n" in buffer:
-            frame, buffer = buffer.split("\n\n", 1)
-            fields = dict(line.split(": ", 1) for line in frame.splitlines())
-            if fields.get("event") == "turn":
-                events.append((time.monotonic(), json.loads(fields["data"])))
-    return events
+    return [
+        (at, json.loads(data))
+        async for at, event, data in server_sent_events(response)
+        if event == "turn"
+    ]
 
 
 async def test_a_turn_of_another_process_shows_live_then_finished(

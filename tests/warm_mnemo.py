@@ -1,0 +1,294 @@
+"""A warm `mnemo` for the tests: `run_mnemo` without paying the command's imports each time.
+
+A cold `python -m bots.cli …` spends most of its ~1 CPU-second importing (pydantic, numpy,
+the stores, the plugins). Here one process per test process (`WarmMnemo`) imports all that
+once, with no thread started and nothing opened, then forks a child for each command. The
+child is a real process of its own: it takes the caller's stdin, stdout and stderr (passed
+over a unix socket), environment, working directory and argv, runs `bots.cli` as `__main__`
+as `python -m bots.cli` does, and exits as that would (atexit handlers, threads joined); the
+warm process reports its exit status. A cold start is still tested where it is the subject
+(`tests/e2e/test_startup.py`, `tests/bots/test_cli.py`), and `MNEMO_TEST_COLD=1` makes every
+`run_mnemo` cold again.
+
+Run as `python -m tests.warm_mnemo SOCKET` (by `WarmMnemo`, never by hand).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import io
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+COLD = "MNEMO_TEST_COLD"
+_READ_CHUNK = 65536
+# What the commands import, loaded before the first fork. Not onnxruntime nor torch: their
+# import starts native threads, and a child forked after it aborts at exit (the C++ runtime
+# joins threads the child does not have); each child imports them itself when it needs them.
+NOT_FORK_SAFE = ("onnxruntime", "torch")
+PRELOAD = (
+    "bots.cli",
+    "bots.runtime",
+    "bots.plugins",
+    "core.config",
+    "core.storage.engine",
+    "core.storage.stores",
+    "memory.keeper",
+    "memory.onnx_embedder",
+    "httpx",
+    "psycopg",
+)
+
+
+# -- the warm process -------------------------------------------------------------------------
+
+
+def preload() -> None:
+    """Import the CLI, what its commands import, and every lazy command's module."""
+    import importlib
+
+    for name in PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    from bots.cli import cli
+    from core.cli.lazy_group import LazyGroup
+
+    groups = [cli]
+    while groups:
+        group = groups.pop()
+        if isinstance(group, LazyGroup):
+            for lazy in group.lazy_commands.values():
+                command = lazy.load()
+                if isinstance(command, LazyGroup):
+                    groups.append(command)
+    unsafe = [name for name in NOT_FORK_SAFE if name in sys.modules]
+    if threading.active_count() != 1 or unsafe:
+        raise RuntimeError(f"preloading started threads: {threading.enumerate()} {unsafe}")
+
+
+def run_child(request: dict[str, object], fds: list[int]) -> None:
+    """In the forked child: become `python -m bots.cli ARGS`, exit as it would, never return."""
+    import runpy
+
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(str(request["cwd"]))
+    os.environ.clear()
+    os.environ.update(request["env"])  # type: ignore[arg-type]
+    sys.argv = [str(Path(__file__).resolve().parents[1] / "bots" / "cli.py")]
+    sys.argv += list(request["args"])  # type: ignore[arg-type]
+    sys.modules.pop("bots.cli", None)  # as in `python -m`: run as __main__, imported again if asked
+    try:
+        runpy.run_module("bots.cli", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = exit_code(exc.code)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    exit_as_python_does(code)
+
+
+def exit_code(code: object) -> int:
+    """The status `sys.exit(code)` gives a process (a message goes to stderr, status 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def exit_as_python_does(code: int) -> None:
+    """What the interpreter does at exit that a command can see (wait for its non-daemon
+    threads, run its atexit handlers, flush stdout and stderr), then exit without tearing
+    the ~700 modules down one by one, which costs a warm child more than its command."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    finally:
+        os._exit(code)
+
+
+def serve(path: str) -> None:
+    """Accept requests on the unix socket `path`; fork a child for each; report its status."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a warm process before this one that was killed
+    listener.bind(path)
+    listener.listen(16)
+    waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    print("ready", flush=True)
+    while True:
+        readable, _, _ = select.select([sys.stdin, listener, *waiting], [], [])
+        for ready in readable:
+            if ready is sys.stdin:  # end of file: the test process is gone
+                return
+            if ready is listener:
+                connection, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    connection.close()
+                    for _, other in waiting.values():
+                        other.close()
+                    run_child(json.loads(message), fds)
+                for fd in fds:
+                    os.close(fd)
+                connection.sendall(f"{pid}\n".encode())
+                waiting[os.pidfd_open(pid)] = (pid, connection)
+            else:
+                pid, connection = waiting.pop(ready)  # type: ignore[call-overload]
+                os.close(ready)  # type: ignore[arg-type]
+                _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(OSError):
+                    connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                connection.close()
+
+
+# -- the test side ----------------------------------------------------------------------------
+
+
+class WarmMnemo:
+    """The client: starts the warm process on first use and runs commands through it."""
+
+    def __init__(self, repo: Path, env: dict[str, str]) -> None:
+        self.repo = repo
+        self.env = env
+        self.folder = Path(tempfile.mkdtemp(prefix="mnemo-warm-"))
+        self.socket_path = str(self.folder / "warm.sock")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        with self.lock:
+            if self.process is not None and self.process.poll() is None:
+                return
+            # It stops at the end of its stdin: when this process is gone, whichever thread
+            # started it (PR_SET_PDEATHSIG would stop it with the thread).
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.warm_mnemo", self.socket_path],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=self.env,
+                cwd=self.repo,
+            )
+            assert self.process.stdout is not None
+            if self.process.stdout.readline() != b"ready\n":
+                raise RuntimeError("the warm mnemo process did not start")
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    pipe.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+            self.folder.rmdir()
+
+    def run(
+        self,
+        command: list[str],
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        stdin: str,
+        timeout: float,
+    ) -> subprocess.CompletedProcess[str]:
+        """What `subprocess.run(command, input=stdin, capture_output=True, text=True,
+        timeout=timeout, env=env, cwd=cwd)` returns, `command` being `python -m bots.cli ARGS`."""
+        self.start()
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        request = json.dumps({"args": args, "env": env, "cwd": str(cwd)}).encode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(self.socket_path)
+            socket.send_fds(connection, [request], [stdin_r, stdout_w, stderr_w])
+            for fd in (stdin_r, stdout_w, stderr_w):
+                os.close(fd)
+            with connection.makefile("rb") as replies:
+                pid = int(replies.readline())
+                deadline = time.monotonic() + timeout
+                outputs = exchange(stdin_w, stdout_r, stderr_r, stdin.encode(), deadline)
+                if outputs is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    replies.readline()
+                    raise subprocess.TimeoutExpired(command, timeout)
+                returncode = int(replies.readline())
+        out, err = outputs
+        return subprocess.CompletedProcess(command, returncode, text_of(out), text_of(err))
+
+
+def exchange(
+    stdin_w: int, stdout_r: int, stderr_r: int, data: bytes, deadline: float
+) -> tuple[bytes, bytes] | None:
+    """Write `data` to the child's stdin and read its stdout and stderr to their ends, as
+    `Popen.communicate` does; None when the deadline passes first."""
+    outputs: dict[int, list[bytes]] = {stdout_r: [], stderr_r: []}
+    reading = [stdout_r, stderr_r]
+    writing = [stdin_w] if data else []
+    if not data:
+        os.close(stdin_w)
+    try:
+        while reading:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            readable, writable, _ = select.select(reading, writing, [], left)
+            if writable:
+                try:
+                    data = data[os.write(stdin_w, data[:_READ_CHUNK]) :]
+                except BrokenPipeError:  # the child is gone or closed its stdin
+                    data = b""
+                if not data:
+                    writing = []
+                    os.close(stdin_w)
+            for fd in readable:
+                chunk = os.read(fd, _READ_CHUNK)
+                if chunk:
+                    outputs[fd].append(chunk)
+                else:
+                    reading.remove(fd)
+        return b"".join(outputs[stdout_r]), b"".join(outputs[stderr_r])
+    finally:
+        if writing:
+            os.close(stdin_w)
+        os.close(stdout_r)
+        os.close(stderr_r)
+
+
+def text_of(data: bytes) -> str:
+    """Bytes as `text=True` gives them: the locale's encoding, universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(data), newline=None).read()
+
+
+def main() -> None:
+    os.environ.pop(COLD, None)
+    preload()
+    gc.freeze()  # the children do not touch (and so copy) the warm process's objects to collect
+    serve(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()
