@@ -177,7 +177,11 @@ class Segment:
 
     @classmethod
     def build(cls, rows: dict[int, Tokenised], terms: int) -> Segment:
-        """Index tokenised memories whose term numbers are below `terms`."""
+        """Index tokenised memories whose term numbers are below `terms`.
+
+        `bounds` ends after the highest term the memories hold: a small recent segment
+        of a chat with a large vocabulary is built in time proportional to its own size.
+        """
         items = list(rows.values())
         size = max(len(items), 1)
         span = np.asarray(
@@ -197,6 +201,7 @@ class Segment:
         summed = np.add.reduceat(weights, firsts) if len(keys) else weights
         in_content = np.logical_or.reduceat(content, firsts) if len(keys) else content
         keys = keys[firsts]
+        terms = min(terms, int(keys[-1] // size) + 1) if len(keys) else 0
         return cls(
             ids=np.fromiter(rows, dtype=np.int64, count=len(items)),
             lengths=span.sum(axis=1).astype(np.float64),
@@ -372,7 +377,7 @@ class PostingLists:
         return self._best(shared / union, len(self.ids))
 
     def _best(self, scores: Any, depth: int) -> list[tuple[int, float]]:
-        hits = np.flatnonzero(scores)
+        hits = np.flatnonzero(scores > 0)  # on a bool array: several times faster at 100k
         if len(hits) > depth > 0:
             hits = hits[np.argpartition(-scores[hits], depth - 1)[:depth]]
         best = hits[np.argsort(-scores[hits], kind="stable")][: max(depth, 0)]

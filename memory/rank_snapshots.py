@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memory.chat_cache import Derivation, current_entry, held_chats, pack_arrays
+from memory.chat_cache import Derivation, current_entry, held_chats
 from memory.keyword_cache import KEYWORD_LISTS, KEYWORDS
 from memory.posting_snapshot import lists_arrays
+from memory.snapshot_arrays import pack_arrays
 from memory.store import MemoryStore, RankSnapshot
 from memory.vector_cache import CHAT_VECTORS, VECTORS, vector_model, vectors_arrays
 
