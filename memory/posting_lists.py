@@ -133,6 +133,33 @@ def renumbered(
     }, fresh
 
 
+class Positions(Mapping[int, int]):
+    """Memory id -> position in `ids`, the dictionary made at its first lookup: a loaded
+    snapshot's lists (`memory.posting_snapshot`) need none until a memory changes."""
+
+    def __init__(self, ids: Any) -> None:
+        self.ids = ids
+        self._places: dict[int, int] | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> dict[int, int]:
+        with self._lock:
+            if self._places is None:
+                self._places = {
+                    memory_id: place for place, memory_id in enumerate(self.ids.tolist())
+                }
+            return self._places
+
+    def __getitem__(self, memory_id: int) -> int:
+        return self._built()[memory_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class PackedRows(Mapping[int, Tokenised]):
     """A loaded segment's memories (`memory.rank_snapshots`): term numbers in one array,
     made into a `Tokenised` (with no text) when asked for."""
@@ -140,7 +167,7 @@ class PackedRows(Mapping[int, Tokenised]):
     def __init__(self, ids: Any, bounds: Any, terms: Any, content: Any, distinct: Any) -> None:
         self.ids, self.bounds, self.terms = ids, bounds, terms
         self.content, self.distinct = content, distinct
-        self.where = {memory_id: place for place, memory_id in enumerate(ids.tolist())}
+        self.where = Positions(ids)
 
     def __getitem__(self, memory_id: int) -> Tokenised:
         place = self.where[memory_id]
@@ -173,7 +200,7 @@ class Segment:
     weights: Any  # numpy float64
     in_content: Any  # numpy bool
     rows: Mapping[int, Tokenised]  # a `PackedRows` when loaded from a snapshot
-    where: dict[int, int]  # memory id -> position
+    where: Mapping[int, int]  # memory id -> position
 
     @classmethod
     def build(cls, rows: dict[int, Tokenised], terms: int) -> Segment:

@@ -31,9 +31,12 @@ def _aligned(offset: int) -> int:
 def pack_arrays(arrays: dict[str, Any]) -> bytes:
     """`arrays` (contiguous copies are made where needed) as one blob."""
     parts = {name: np.asarray(value, order="C") for name, value in arrays.items()}
-    entries, offset = [], 0
+    entries: list[list[Any]] = []
+    offsets: list[int] = []
+    offset = 0
     for name, value in parts.items():
         entries.append([name, value.dtype.str, list(value.shape), offset])
+        offsets.append(offset)
         offset = _aligned(offset + value.nbytes)
     header = json.dumps({"format": SNAPSHOT_FORMAT, "arrays": entries}).encode()
     start = _aligned(len(MAGIC) + _LENGTH.size + len(header))
@@ -41,7 +44,7 @@ def pack_arrays(arrays: dict[str, Any]) -> bytes:
     blob[: len(MAGIC)] = MAGIC
     blob[len(MAGIC) : len(MAGIC) + _LENGTH.size] = _LENGTH.pack(len(header))
     blob[len(MAGIC) + _LENGTH.size : len(MAGIC) + _LENGTH.size + len(header)] = header
-    for (_, _, _, at), value in zip(entries, parts.values(), strict=True):
+    for at, value in zip(offsets, parts.values(), strict=True):
         blob[start + at : start + at + value.nbytes] = value.tobytes()
     return bytes(blob)
 
