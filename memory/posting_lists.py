@@ -233,7 +233,7 @@ class Segment:
             ids=np.fromiter(rows, dtype=np.int64, count=len(items)),
             lengths=span.sum(axis=1).astype(np.float64),
             distinct=np.asarray([item.distinct for item in items], dtype=np.float64),
-            bounds=np.searchsorted(keys // size, np.arange(terms + 1)),
+            bounds=np.concatenate([[0], np.cumsum(np.bincount(keys // size, minlength=terms))]),
             positions=keys % size,
             weights=np.asarray(summed, dtype=np.float64),
             in_content=np.asarray(in_content, dtype=bool),
