@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 
@@ -98,13 +97,6 @@ def knn_ids(
     return nearest
 
 
-_EMBEDDING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mnemo-query-vector")
-
-
-def _own_vector(embedder: Embedder, query: str) -> list[float]:
-    return embedder.embed_query(query)
-
-
 def _hybrid(
     store: MemoryStore,
     chat_id: int | None,
@@ -113,11 +105,8 @@ def _hybrid(
     embedder: Embedder,
     name_free: bool = True,
 ) -> list[tuple[int, float]]:
-    # The query is embedded in a worker (ONNX Runtime lets go of the GIL) while this thread
-    # scores the keywords: at 100,000 memories that hides the BM25 pass behind the model.
-    embedding = _EMBEDDING.submit(query_vector if name_free else _own_vector, embedder, query)
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vector = embedding.result()
+    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
     nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
