@@ -13,7 +13,6 @@ bounded by the memories held.
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import weakref
@@ -22,8 +21,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-import numpy as np
-
+from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore
 
 logger = logging.getLogger(__name__)
@@ -131,22 +129,7 @@ def held_chats(store: MemoryStore, derivation: Derivation[T]) -> list[int | None
         return list(cache.entries)
 
 
-# -- saved snapshots (`memory.rank_snapshots`): numpy arrays in one `.npz` blob --------------
-
-SNAPSHOT_FORMAT = 1  # the arrays' layout; a blob of another one is not loaded (built afresh)
-
-
-def pack_arrays(arrays: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, format=np.asarray(SNAPSHOT_FORMAT), **arrays)
-    return buffer.getvalue()
-
-
-def unpack_arrays(data: bytes) -> dict[str, Any] | None:
-    with np.load(io.BytesIO(data), allow_pickle=False) as loaded:
-        if int(loaded["format"]) != SNAPSHOT_FORMAT:
-            return None
-        return {name: loaded[name] for name in loaded.files}
+# -- saved snapshots (`memory.rank_snapshots`): numpy arrays in one blob (`memory.snapshot_arrays`)
 
 
 def load_saved(

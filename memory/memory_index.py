@@ -15,14 +15,14 @@ from typing import Any, Protocol
 from core.clock import now_iso
 from core.storage.database import Database, PostgresDatabase, SqliteDatabase
 from memory import pg_index, sqlite_index
-from memory.store import Changes, Marks, Vector
+from memory.store import Vector
 
 VectorRow = tuple[int, int | None, Vector]  # memory id, chat id, vector
 INDEX_READY_TTL_S = 5.0  # PostgreSQL: how long a ready vector index is taken as still ready
 
 
 class MemoryIndex(Protocol):
-    """Full-text and vector indexes of `memories`, and their change log."""
+    """Full-text and vector indexes of `memories` (their change log: `memory.change_log_store`)."""
 
     cache_key: object  # what in-process caches of the indexes are shared by
 
@@ -63,14 +63,6 @@ class MemoryIndex(Protocol):
     def vector_rows(
         self, chat_id: int | None, model_name: str, dim: int, memory_ids: Sequence[int] | None
     ) -> list[tuple[int, bytes]]: ...
-
-    def log_end(self) -> int: ...
-
-    def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None: ...
-
-    def prune_log(self) -> int: ...
-
-    def forget_scope_log(self, chat_id: int) -> None: ...
 
     def reset(self, clear_vectors: bool) -> None:
         """Before a reindex: keyword rows rebuilt, vectors dropped if `clear_vectors`."""
@@ -134,18 +126,6 @@ class SqliteMemoryIndex:
         if self.missing_extension() is not None or not self.ready(model_name, dim):
             return []
         return sqlite_index.vector_rows(self.conn, chat_id, memory_ids)
-
-    def log_end(self) -> int:
-        return sqlite_index.log_end(self.conn)
-
-    def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None:
-        return sqlite_index.changes_since(self.conn, chat_id, marks)
-
-    def prune_log(self) -> int:
-        return sqlite_index.prune_log(self.conn)
-
-    def forget_scope_log(self, chat_id: int) -> None:
-        sqlite_index.forget_scope_log(self.conn, chat_id)
 
     def reset(self, clear_vectors: bool) -> None:
         with self.db.transaction():
@@ -223,22 +203,6 @@ class PgMemoryIndex:
             if self._vector_tables(conn) == 0:
                 return []
             return pg_index.vector_rows(conn, chat_id, model_name, now_iso(), memory_ids)
-
-    def log_end(self) -> int:
-        with self.pg.connection() as conn:
-            return pg_index.log_end(conn)
-
-    def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None:
-        with self.pg.connection() as conn:
-            return pg_index.changes_since(conn, chat_id, marks)
-
-    def prune_log(self) -> int:
-        with self.pg.transaction() as conn:
-            return pg_index.prune_log(conn)
-
-    def forget_scope_log(self, chat_id: int) -> None:
-        with self.pg.transaction() as conn:
-            pg_index.forget_scope_log(conn, chat_id)
 
     def reset(self, clear_vectors: bool) -> None:
         if clear_vectors:

@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from core.clock import iso_utc, now_iso, utc_now
 from core.errors import InputError
 from core.storage.database import Database
-from memory import note_store, rank_snapshot_store, tombstone_store
+from memory import change_log_store, note_store, rank_snapshot_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index
 from memory.sqlite_index import embedding_text
@@ -26,10 +26,12 @@ from memory.store import (
     MAX_CONTENT_CHARS,
     MAX_MEMORY_ID,
     Changes,
+    DuplicateTest,
     Ids,
     Marks,
     Memories,
     Memory,
+    MemoryFields,
     NoteChange,
     RankingRows,
     RankSnapshot,
@@ -132,18 +134,7 @@ class DatabaseMemoryStore:
     # -- writes ------------------------------------------------------------------------
 
     def add(
-        self,
-        chat_id: int | None,
-        content: str,
-        category: str,
-        *,
-        source: str,
-        confidence: float = 0.7,
-        expires_at: str | None = None,
-        embedding: Vector | None = None,
-        context: str = "",
-        sender_id: str = "",
-        sender_name: str = "",
+        self, chat_id: int | None, content: str, category: str, **fields: Unpack[MemoryFields]
     ) -> int:
         """Store a memory (its row, its index rows, its vector when possible); its id.
 
@@ -151,6 +142,15 @@ class DatabaseMemoryStore:
         indexed with a lower weight and embedded with the content, but never injected.
         `sender_id` / `sender_name`: who asked for it in a group.
         """
+        if unknown := set(fields) - set(MemoryFields.__annotations__):
+            raise TypeError(f"add() got unexpected keyword arguments {sorted(unknown)}")
+        if "source" not in fields:
+            raise TypeError("add() missing required keyword argument: 'source'")
+        source = fields["source"]
+        confidence = fields.get("confidence", 0.7)
+        expires_at, embedding = fields.get("expires_at"), fields.get("embedding")
+        context = fields.get("context", "")
+        sender_id, sender_name = fields.get("sender_id", ""), fields.get("sender_name", "")
         text = clean_content(content)
         values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
         around = " ".join(str(context).split())[:MAX_CONTENT_CHARS]
@@ -235,7 +235,7 @@ class DatabaseMemoryStore:
                     f"DELETE FROM memory_supersede_edges WHERE {old} OR {new}", params + params
                 )
             self.db.write("DELETE FROM memories WHERE chat_id = ?", (chat_id,))
-            self.index.forget_scope_log(chat_id)
+            change_log_store.forget_scope_log(self.db, chat_id)
             tombstone_store.forget_scope(self.db, chat_id)
             self.drop_rank_snapshots(chat_id)
         return len(ids)
@@ -350,20 +350,18 @@ class DatabaseMemoryStore:
         return [found[memory_id] for memory_id in ids if memory_id in found]
 
     def find_near_duplicate(
-        self,
-        chat_id: int | None,
-        content: str,
-        *,
-        embedding: Vector | None = None,
-        max_cosine_distance: float = 0.15,
-        min_jaccard: float = 0.5,
-        method: str = "auto",
+        self, chat_id: int | None, content: str, **test: Unpack[DuplicateTest]
     ) -> Memory | None:
         """An active memory of exactly this scope saying nearly the same thing, if any.
 
         `method` "auto" uses cosine distance when vectors exist, else Jaccard; "jaccard"
         or "cosine" force one.
         """
+        if unknown := set(test) - set(DuplicateTest.__annotations__):
+            raise TypeError(f"find_near_duplicate() got unexpected arguments {sorted(unknown)}")
+        method, embedding = test.get("method", "auto"), test.get("embedding")
+        max_cosine_distance = test.get("max_cosine_distance", 0.15)
+        min_jaccard = test.get("min_jaccard", 0.5)
         if method != "jaccard" and self._vector_model() is not None:
             vector = self._embedding_for(content, embedding)
             assert vector is not None
@@ -428,13 +426,13 @@ class DatabaseMemoryStore:
         return self.db.in_transaction()
 
     def change_log_end(self) -> int:
-        return self.index.log_end()
+        return change_log_store.log_end(self.db)
 
     def changes_since(self, chat_id: int | None, marks: Marks) -> Changes | None:
-        return self.index.changes_since(chat_id, marks)
+        return change_log_store.changes_since(self.db, chat_id, marks)
 
     def prune_change_log(self) -> int:
-        return self.index.prune_log()
+        return change_log_store.prune_log(self.db)
 
     def rank_snapshot(self, chat_id: int | None, kind: str) -> RankSnapshot | None:
         return rank_snapshot_store.load(self.db, scope_of(chat_id), kind)

@@ -26,11 +26,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory.store import (
-    GLOBAL_SCOPE,
-    PRUNED_SCOPE,
-    Changes,
-    Marks,
-    changes_from_log,
     scope_of,
 )
 from memory.terms import content_terms, has_cjk
@@ -43,8 +38,6 @@ VEC_TABLE = "memories_vec"  # pgvector: the vectors, for KNN in the server
 FLOAT_TABLE = "memories_vec_float"  # float32 bytes, as on SQLite: read into the process
 LAYOUT_FLOAT = "pg1"  # float table only (no pgvector on the server)
 LAYOUT_VECTOR = "pg1+vector"  # float table and the pgvector table
-LOG_PRUNE_AT = 100_000  # as memory.sqlite_index
-LOG_KEEP = 50_000
 MAX_QUERY_TERMS = 32
 
 _warned_in_process = False
@@ -310,56 +303,10 @@ def matching_ids(conn: Any, chat_id: int, text: str, limit: int) -> list[int]:
     return [int(row[0]) for row in rows]
 
 
-# -- the change log (triggers of migrations m0006 / m0007) ------------------------------
-
-
-def log_end(conn: Any) -> int:
-    return int(conn.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0])
-
-
-def changes_since(conn: Any, chat_id: int | None, marks: Marks) -> Changes | None:
-    """As `memory.sqlite_index.changes_since`, one round trip."""
-    scope = scope_of(chat_id)
-    oldest = min(marks.chat, marks.shared)
-    rows = conn.execute(
-        "SELECT seq, scope, memory_id FROM memory_changes WHERE"
-        " (scope = %s AND seq > %s) OR (scope = %s AND seq > %s) OR (scope = %s AND seq > %s)",
-        (scope, marks.chat, GLOBAL_SCOPE, marks.shared, PRUNED_SCOPE, oldest),
-    ).fetchall()
-    return changes_from_log(rows, scope, marks)
-
-
 def lock_log(conn: Any) -> None:
-    """Queue behind other memory writers until commit (see migration m0006)."""
+    """Queue behind other memory writers until commit (see migration m0006); the change log
+    itself is `memory.change_log_store`'s."""
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (MEMORY_CHANGES_LOCK,))
-
-
-def prune_log(conn: Any) -> int:
-    """Drop the oldest rows once there are LOG_PRUNE_AT, leaving a pruned marker."""
-    total = int(conn.execute("SELECT count(*) FROM memory_changes").fetchone()[0])
-    if total < LOG_PRUNE_AT:
-        return 0
-    lock_log(conn)
-    cutoff = int(
-        conn.execute(
-            "SELECT seq FROM memory_changes ORDER BY seq DESC LIMIT 1 OFFSET %s", (LOG_KEEP,)
-        ).fetchone()[0]
-    )
-    gone = conn.execute("DELETE FROM memory_changes WHERE seq <= %s", (cutoff,)).rowcount
-    conn.execute(
-        "INSERT INTO memory_changes (scope, memory_id) VALUES (%s, %s)", (PRUNED_SCOPE, cutoff)
-    )
-    return int(gone)
-
-
-def forget_scope_log(conn: Any, chat_id: int) -> None:
-    """A deleted chat's log entries go, a pruned marker takes their place (as on SQLite)."""
-    lock_log(conn)
-    through = log_end(conn)
-    conn.execute("DELETE FROM memory_changes WHERE scope = %s", (scope_of(chat_id),))
-    conn.execute(
-        "INSERT INTO memory_changes (scope, memory_id) VALUES (%s, %s)", (PRUNED_SCOPE, through)
-    )
 
 
 HNSW_INDEX = "memories_vec_hnsw"

@@ -133,6 +133,33 @@ def renumbered(
     }, fresh
 
 
+class Positions(Mapping[int, int]):
+    """Memory id -> position in `ids`, the dictionary made at its first lookup: a loaded
+    snapshot's lists (`memory.posting_snapshot`) need none until a memory changes."""
+
+    def __init__(self, ids: Any) -> None:
+        self.ids = ids
+        self._places: dict[int, int] | None = None
+        self._lock = threading.Lock()
+
+    def _built(self) -> dict[int, int]:
+        with self._lock:
+            if self._places is None:
+                self._places = {
+                    memory_id: place for place, memory_id in enumerate(self.ids.tolist())
+                }
+            return self._places
+
+    def __getitem__(self, memory_id: int) -> int:
+        return self._built()[memory_id]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ids.tolist())
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 class PackedRows(Mapping[int, Tokenised]):
     """A loaded segment's memories (`memory.rank_snapshots`): term numbers in one array,
     made into a `Tokenised` (with no text) when asked for."""
@@ -140,7 +167,7 @@ class PackedRows(Mapping[int, Tokenised]):
     def __init__(self, ids: Any, bounds: Any, terms: Any, content: Any, distinct: Any) -> None:
         self.ids, self.bounds, self.terms = ids, bounds, terms
         self.content, self.distinct = content, distinct
-        self.where = {memory_id: place for place, memory_id in enumerate(ids.tolist())}
+        self.where = Positions(ids)
 
     def __getitem__(self, memory_id: int) -> Tokenised:
         place = self.where[memory_id]
@@ -173,11 +200,15 @@ class Segment:
     weights: Any  # numpy float64
     in_content: Any  # numpy bool
     rows: Mapping[int, Tokenised]  # a `PackedRows` when loaded from a snapshot
-    where: dict[int, int]  # memory id -> position
+    where: Mapping[int, int]  # memory id -> position
 
     @classmethod
     def build(cls, rows: dict[int, Tokenised], terms: int) -> Segment:
-        """Index tokenised memories whose term numbers are below `terms`."""
+        """Index tokenised memories whose term numbers are below `terms`.
+
+        `bounds` ends after the highest term the memories hold: a small recent segment
+        of a chat with a large vocabulary is built in time proportional to its own size.
+        """
         items = list(rows.values())
         size = max(len(items), 1)
         span = np.asarray(
@@ -197,11 +228,12 @@ class Segment:
         summed = np.add.reduceat(weights, firsts) if len(keys) else weights
         in_content = np.logical_or.reduceat(content, firsts) if len(keys) else content
         keys = keys[firsts]
+        terms = min(terms, int(keys[-1] // size) + 1) if len(keys) else 0
         return cls(
             ids=np.fromiter(rows, dtype=np.int64, count=len(items)),
             lengths=span.sum(axis=1).astype(np.float64),
             distinct=np.asarray([item.distinct for item in items], dtype=np.float64),
-            bounds=np.searchsorted(keys // size, np.arange(terms + 1)),
+            bounds=np.concatenate([[0], np.cumsum(np.bincount(keys // size, minlength=terms))]),
             positions=keys % size,
             weights=np.asarray(summed, dtype=np.float64),
             in_content=np.asarray(in_content, dtype=bool),
@@ -372,7 +404,7 @@ class PostingLists:
         return self._best(shared / union, len(self.ids))
 
     def _best(self, scores: Any, depth: int) -> list[tuple[int, float]]:
-        hits = np.flatnonzero(scores)
+        hits = np.flatnonzero(scores > 0)  # on a bool array: several times faster at 100k
         if len(hits) > depth > 0:
             hits = hits[np.argpartition(-scores[hits], depth - 1)[:depth]]
         best = hits[np.argsort(-scores[hits], kind="stable")][: max(depth, 0)]

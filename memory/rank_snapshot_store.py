@@ -12,6 +12,7 @@ def load(db: Database, scope: int, kind: str) -> RankSnapshot | None:
         "SELECT chat_seq, shared_seq, model, data FROM memory_rank_snapshots"
         " WHERE scope = ? AND kind = ?",
         (scope, kind),
+        binary=True,  # tens of MB at 100,000 memories
     )
     if row is None:
         return None

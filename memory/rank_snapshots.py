@@ -1,8 +1,8 @@
 """Saved ranking data: a chat's keyword posting lists and vectors as one blob each, so a new
 process loads them instead of building them from every memory.
 
-Each blob (numpy arrays in an `.npz`) is saved with the change-log marks it is current to
-(`memory_rank_snapshots`, migration m0023). At a chat's first query in a process
+Each blob (numpy arrays, `memory.snapshot_arrays`) is saved with the change-log marks it is
+current to (`memory_rank_snapshots`, migration m0023). At a chat's first query in a process
 `memory.chat_cache` loads it and applies only the memories logged as changed since, as it
 does between queries; the structures then grow by appending (a recent segment) as before.
 Measured with `mnemo bench memory --n 100000`: see docs/benchmarks.md.
@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memory.chat_cache import Derivation, current_entry, held_chats, pack_arrays
+from memory.chat_cache import Derivation, current_entry, held_chats
 from memory.keyword_cache import KEYWORD_LISTS, KEYWORDS
 from memory.posting_snapshot import lists_arrays
+from memory.snapshot_arrays import pack_arrays
 from memory.store import MemoryStore, RankSnapshot
 from memory.vector_cache import CHAT_VECTORS, VECTORS, vector_model, vectors_arrays
 

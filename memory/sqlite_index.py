@@ -21,10 +21,6 @@ from typing import Any
 from core.storage.db import Connection, OperationalError, transaction
 from memory.store import (
     GLOBAL_SCOPE,
-    PRUNED_SCOPE,
-    Changes,
-    Marks,
-    changes_from_log,
     scope_of,
 )
 from memory.terms import fts_query, token_list
@@ -39,8 +35,6 @@ RESCORE_MIN = 50  # binary candidates re-scored exactly, at least ...
 RESCORE_FACTOR = 1  # ... and as many as wanted results (vec0 KNN cost grows with k)
 NOW_SQL = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 ACTIVE_SQL = f"archived = 0 AND (expires_at IS NULL OR expires_at > {NOW_SQL})"
-LOG_PRUNE_AT = 100_000  # the change log is pruned once it holds this many rows ...
-LOG_KEEP = 50_000  # ... down to the newest this many
 
 
 def scopes(chat_id: int | None) -> list[int]:
@@ -428,52 +422,3 @@ def vector_rows(
 
 def _texts(rows: Iterable[Any]) -> list[tuple[int, str, str]]:
     return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
-
-
-def log_end(conn: Connection) -> int:
-    """The newest log entry's seq (0 for an empty log)."""
-    return int(conn.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0])
-
-
-def changes_since(conn: Connection, chat_id: int | None, marks: Marks) -> Changes | None:
-    """What changed in the chat's and the global scope after `marks`; None when nothing did."""
-    scope = scope_of(chat_id)
-    oldest = min(marks.chat, marks.shared)
-    rows = conn.execute(
-        "SELECT seq, scope, memory_id FROM memory_changes"
-        " WHERE (scope = ? AND seq > ?) OR (scope = ? AND seq > ?) OR (scope = ? AND seq > ?)",
-        (scope, marks.chat, GLOBAL_SCOPE, marks.shared, PRUNED_SCOPE, oldest),
-    ).fetchall()
-    return changes_from_log(rows, scope, marks)
-
-
-def prune_log(conn: Connection) -> int:
-    """Drop the oldest change-log rows once there are LOG_PRUNE_AT; return how many went.
-
-    A marker row records how far the log was pruned, so lists older than that are rebuilt.
-    """
-    total = int(conn.execute("SELECT count(*) FROM memory_changes").fetchone()[0])
-    if total < LOG_PRUNE_AT:
-        return 0
-    cutoff = int(
-        conn.execute(
-            "SELECT seq FROM memory_changes ORDER BY seq DESC LIMIT 1 OFFSET ?", (LOG_KEEP,)
-        ).fetchone()[0]
-    )
-    with transaction(conn):
-        gone = conn.execute("DELETE FROM memory_changes WHERE seq <= ?", (cutoff,)).rowcount
-        conn.execute(
-            "INSERT INTO memory_changes (scope, memory_id) VALUES (?, ?)", (PRUNED_SCOPE, cutoff)
-        )
-    return int(gone)
-
-
-def forget_scope_log(conn: Connection, chat_id: int) -> None:
-    """Drop a deleted chat's change-log entries, leaving a pruned-log marker in their place:
-    in-process keyword lists and vectors (of any process) older than the marker are rebuilt
-    from the rows, so none keeps a deleted memory, and no entry names the chat any more."""
-    through = log_end(conn)
-    conn.execute("DELETE FROM memory_changes WHERE scope = ?", (scope_of(chat_id),))
-    conn.execute(
-        "INSERT INTO memory_changes (scope, memory_id) VALUES (?, ?)", (PRUNED_SCOPE, through)
-    )

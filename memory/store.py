@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict, Unpack
 
 from core.errors import InputError
 from core.text import whole_number
@@ -36,6 +36,28 @@ Ids = list[int]
 Scored = list[tuple[int, float]]
 RankingRows = list[tuple[int, str, str]]
 VectorRows = list[tuple[int, bytes]]
+
+
+class MemoryFields(TypedDict, total=False):
+    """What a new memory is given besides its chat, text and category (`source` always)."""
+
+    source: Required[str]  # what wrote it: "reflector", "remember", "bench", ...
+    confidence: float  # 0.7 when not given
+    expires_at: str | None
+    embedding: Vector | None  # made by the store's embedder when not given
+    context: str  # text around it that helps find it; never injected
+    sender_id: str  # who asked for it in a group
+    sender_name: str
+
+
+class DuplicateTest(TypedDict, total=False):
+    """How `MemoryStore.find_near_duplicate` compares: by cosine distance of the vectors
+    (`embedding`: the new text's, made when not given) or by Jaccard of the words."""
+
+    embedding: Vector | None
+    max_cosine_distance: float  # 0.15 when not given
+    min_jaccard: float  # 0.5 when not given
+    method: str  # "auto" (cosine when vectors exist), "jaccard" or "cosine"
 
 
 @dataclass(frozen=True)
@@ -224,19 +246,10 @@ class MemoryStore(Protocol):
 
     # -- writes
     def add(
-        self,
-        chat_id: int | None,
-        content: str,
-        category: str,
-        *,
-        source: str,
-        confidence: float = 0.7,
-        expires_at: str | None = None,
-        embedding: Vector | None = None,
-        context: str = "",
-        sender_id: str = "",
-        sender_name: str = "",
-    ) -> int: ...
+        self, chat_id: int | None, content: str, category: str, **fields: Unpack[MemoryFields]
+    ) -> int:
+        """Store a memory; its id (`MemoryFields`: its source and what else it may have)."""
+        ...
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None: ...
 
@@ -307,15 +320,10 @@ class MemoryStore(Protocol):
         ...
 
     def find_near_duplicate(
-        self,
-        chat_id: int | None,
-        content: str,
-        *,
-        embedding: Vector | None = None,
-        max_cosine_distance: float = 0.15,
-        min_jaccard: float = 0.5,
-        method: str = "auto",
-    ) -> Memory | None: ...
+        self, chat_id: int | None, content: str, **test: Unpack[DuplicateTest]
+    ) -> Memory | None:
+        """An active memory of exactly this scope saying nearly the same thing, if any."""
+        ...
 
     # -- what ranking reads
     def ranking_rows(

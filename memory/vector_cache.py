@@ -58,10 +58,27 @@ def sign_codes(matrix: Any) -> Any:
 
 def hamming(codes: Any, query: Any) -> Any:
     """Hamming distance of each column of `codes` to the query's code (one column)."""
-    distance = np.zeros(codes.shape[1], np.uint16)
+    rows = codes.shape[1]
+    distance = np.zeros(rows, np.uint16)
+    word_bits = np.empty(rows, np.uint64)  # reused: no temporary array per word
+    counts = np.empty(rows, np.uint8)
     for word in range(codes.shape[0]):
-        distance += np.bitwise_count(codes[word] ^ query[word, 0])
+        np.bitwise_xor(codes[word], query[word, 0], out=word_bits)
+        np.bitwise_count(word_bits, out=counts)
+        np.add(distance, counts, out=distance)
     return distance
+
+
+def nearest_codes(distance: Any, count: int, bits: int) -> Any:
+    """Positions of the `count` smallest distances (ties at the cut: the first ones), in
+    position order. Counting the distances (at most `bits` + 1 values) finds the cut in one
+    pass, several times faster than `argpartition` over 90,000 of them."""
+    if count >= len(distance):
+        return np.arange(len(distance))
+    cut = int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=bits + 2)), count))
+    inside = np.flatnonzero(distance < cut)
+    at_cut = np.flatnonzero(distance == cut)[: count - len(inside)]
+    return np.sort(np.concatenate([inside, at_cut]))
 
 
 def rescore_count(k: int) -> int:
@@ -101,7 +118,8 @@ class ChatVectors:
     def apply(self, rows: VectorRows, removed: Sequence[int]) -> ChatVectors:
         """These vectors with `rows` (new or changed) in and `removed` ids out."""
         changed = [*removed, *(row[0] for row in rows)]
-        alive = self.alive & ~np.isin(self.base_ids, np.asarray(changed, dtype=np.int64))
+        alive = self.alive.copy()
+        alive[self._places(changed)] = False
         gone = set(changed)
         recent = {k: v for k, v in self.recent.items() if k not in gone}
         new_ids, new_matrix = _matrix(rows)
@@ -137,9 +155,10 @@ class ChatVectors:
         if len(self.base_ids) <= count:
             return np.flatnonzero(self.alive)
         distance = hamming(self.codes, sign_codes(query[None, :]))
+        bits = 64 * len(self.codes)
         if not self.alive.all():
-            distance[~self.alive] = np.iinfo(np.uint16).max
-        nearest = np.argpartition(distance, count - 1)[:count]
+            distance[~self.alive] = bits + 1  # past any real distance
+        nearest = nearest_codes(distance, count, bits)
         return nearest[self.alive[nearest]]
 
     def search(

@@ -153,16 +153,19 @@ class PgDatabase:
     def in_transaction(self) -> bool:
         return self._current.get() is not None
 
-    def read(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+    def read(self, sql: str, params: Params = (), *, binary: bool = False) -> list[tuple[Any, ...]]:
         """Every row of one query (retried once on a fresh connection if the connection died
-        and no transaction is open)."""
+        and no transaction is open); `binary`: in PostgreSQL's binary format (a large `bytea`
+        comes about three times faster than as hex text)."""
         rows: list[tuple[Any, ...]] = self._retrying(
-            lambda conn: conn.execute(sql, params).fetchall()
+            lambda conn: conn.execute(sql, params, binary=binary).fetchall()
         )
         return rows
 
-    def read_one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
-        rows = self.read(sql, params)
+    def read_one(
+        self, sql: str, params: Params = (), *, binary: bool = False
+    ) -> tuple[Any, ...] | None:
+        rows = self.read(sql, params, binary=binary)
         return rows[0] if rows else None
 
     def write(self, sql: str, params: Params = ()) -> int:

@@ -9,7 +9,7 @@ import pytest
 from core.storage.database import SqliteDatabase
 from core.storage.db import Connection
 from core.storage.session_store import DatabaseSessionStore
-from memory import keyword_cache, pg_index, posting_lists, sqlite_index
+from memory import change_log_store, keyword_cache, posting_lists
 from memory.keyword_cache import bm25_ids, jaccard_ids, keyword_lists
 from memory.posting_lists import PostingLists, memory_stems, query_terms
 from memory.stores import memory_store
@@ -293,9 +293,8 @@ def test_triggers_log_what_ranking_sees(engine: Engine) -> None:
 def test_a_pruned_log_rebuilds_lists_that_missed_entries(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for module in (sqlite_index, pg_index):
-        monkeypatch.setattr(module, "LOG_PRUNE_AT", 6)
-        monkeypatch.setattr(module, "LOG_KEEP", 2)
+    monkeypatch.setattr(change_log_store, "LOG_PRUNE_AT", 6)
+    monkeypatch.setattr(change_log_store, "LOG_KEEP", 2)
     a, b = engine.chat("a"), engine.chat("b")
     store = engine.store()
     first = store.add(a, "grows basil", "PROFILE", source="t")

@@ -10,12 +10,12 @@ import pytest
 
 from core.storage.engine import Storage
 from memory import posting_lists
-from memory.chat_cache import unpack_arrays
 from memory.keyword_cache import KEYWORDS, keyword_lists
 from memory.posting_lists import PackedRows, PostingLists, query_terms
 from memory.posting_snapshot import lists_arrays, lists_from_arrays
 from memory.rank_snapshots import checkpoint, checkpoint_held
 from memory.retrieval import rank_memories
+from memory.snapshot_arrays import unpack_arrays
 from memory.store import MemoryStore
 from memory.stores import memory_store
 from memory.vector_cache import VECTORS, ChatVectors, chat_vectors

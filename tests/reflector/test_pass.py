@@ -14,7 +14,7 @@ from core.config import Config
 from core.storage.engine import Storage
 from core.storage.store import NewMessage
 from core.storage.stores import session_store
-from memory import pg_index, sqlite_index
+from memory import change_log_store
 from memory.embeddings import Embedder
 from memory.stores import memory_store
 from reflector.facts import FactTally, FactWriter, PreparedFact
@@ -330,9 +330,8 @@ async def test_a_cursor_moved_elsewhere_during_the_call_writes_nothing(
 async def test_maintenance_archives_stale_deletes_expired_and_embeds_missing(
     embedder: Embedder, monkeypatch: pytest.MonkeyPatch, db: Storage, reflectors: Reflectors
 ) -> None:
-    for log in (sqlite_index, pg_index):  # the memory change log, on either engine
-        monkeypatch.setattr(log, "LOG_PRUNE_AT", 3)
-        monkeypatch.setattr(log, "LOG_KEEP", 1)
+    monkeypatch.setattr(change_log_store, "LOG_PRUNE_AT", 3)  # either engine's memory log
+    monkeypatch.setattr(change_log_store, "LOG_KEEP", 1)
     bare = reflectors.open()
     vec = reflectors.open(embedder)
     chat_id, _ = say(bare, ["x"])

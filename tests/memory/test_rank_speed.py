@@ -1,0 +1,112 @@
+"""The speed-minded parts of ranking at 100,000 memories, checked for what they must keep:
+snapshot arrays read back without a copy, the Hamming cut, a recent keyword segment sized
+by its own terms, lazy positions of loaded lists, and blobs read in binary on both
+engines."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from memory.posting_lists import PostingLists, Segment, query_terms, tokenise
+from memory.posting_snapshot import lists_arrays, lists_from_arrays
+from memory.snapshot_arrays import pack_arrays, unpack_arrays
+from memory.store import Marks, RankSnapshot
+from memory.vector_cache import ChatVectors, hamming, nearest_codes, sign_codes
+from tests.memory.conftest import Engine
+
+
+def test_snapshot_arrays_come_back_equal_and_without_a_copy() -> None:
+    arrays = {
+        "scalar": np.asarray(7),
+        "floats": np.arange(10, dtype=np.float16),
+        "strided": np.arange(12, dtype=np.int64).reshape(3, 4)[:, ::2],
+        "empty": np.zeros(0, np.int32),
+        "flags": np.asarray([True, False, True]),
+    }
+    blob = pack_arrays(arrays)
+    found = unpack_arrays(blob)
+    assert found is not None and set(found) == set(arrays)
+    for name, value in arrays.items():
+        assert found[name].dtype == value.dtype and np.array_equal(found[name], value)
+        assert not found[name].flags.owndata and not found[name].flags.writeable  # views
+    assert int(found["scalar"]) == 7
+
+
+def test_an_earlier_npz_snapshot_is_still_read_and_a_cut_one_refused() -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, format=np.asarray(1), ids=np.arange(3))
+    old = unpack_arrays(buffer.getvalue())
+    assert old is not None and old["ids"].tolist() == [0, 1, 2]
+    blob = pack_arrays({"ids": np.arange(1000)})
+    with pytest.raises(ValueError):
+        unpack_arrays(blob[:200])
+    with pytest.raises(ValueError):
+        unpack_arrays(blob[:14])
+
+
+def test_the_hamming_cut_takes_exactly_the_nearest_codes() -> None:
+    rng = np.random.default_rng(3)
+    matrix = rng.normal(size=(5000, 128)).astype(np.float32)
+    codes = sign_codes(matrix)
+    query_vector = rng.normal(size=(1, 128)).astype(np.float32)
+    query = sign_codes(query_vector)
+    distance = hamming(codes, query)
+    query_signs = np.packbits(query_vector[0] > 0)
+    assert distance[0] == int(np.unpackbits(np.packbits(matrix[0] > 0) ^ query_signs).sum())
+    reference = np.sort(distance)
+    for count in (1, 200, 777, 4999, 5000, 6000):
+        chosen = nearest_codes(distance, count, 128)
+        assert len(chosen) == min(count, 5000) and len(set(chosen.tolist())) == len(chosen)
+        assert np.array_equal(np.sort(distance[chosen]), reference[: len(chosen)])
+        assert np.all(np.diff(chosen) > 0)  # in position order
+
+
+def test_masked_codes_are_never_candidates() -> None:
+    rng = np.random.default_rng(4)
+    matrix = rng.normal(size=(3000, 64)).astype(np.float32)
+    rows = [(i + 1, matrix[i].tobytes()) for i in range(3000)]
+    vectors = ChatVectors.build(rows)
+    nearest, _ = vectors.search(matrix[10].tolist(), 5)
+    assert nearest[0][0] == 11
+    changed = vectors.apply([], [11, 12, 2999])
+    assert not changed.alive[[10, 11, 2998]].any() and int(changed.alive.sum()) == 2997
+    found, _ = changed.search(matrix[10].tolist(), 2000)
+    assert {11, 12, 2999}.isdisjoint(mid for mid, _ in found)
+
+
+def test_a_recent_segment_is_sized_by_its_own_terms() -> None:
+    vocabulary: dict[str, int] = {f"word{i}": i for i in range(50_000)}
+    rows = {1: tokenise("tea with roses", "", vocabulary)}
+    segment = Segment.build(rows, len(vocabulary))
+    assert len(segment.bounds) == int(rows[1].terms.max()) + 2
+    number = vocabulary["rose"]
+    positions, _, _ = segment.postings(number)
+    assert positions.tolist() == [0]
+    assert len(segment.postings(0)[0]) == 0  # a term of the vocabulary it does not hold
+    assert len(Segment.build({}, 1000).bounds) == 1
+
+
+def test_loaded_lists_find_positions_only_when_a_memory_changes() -> None:
+    rows = [(i, f"note {i} about tea and roses", "") for i in range(1, 200)]
+    lists = lists_from_arrays(lists_arrays(PostingLists.build(rows)))
+    where = lists.base.where
+    assert lists.score(query_terms("roses"), 5) and where._places is None  # type: ignore[attr-defined]
+    changed = lists.apply([(7, "coffee now", "")], [9])
+    assert where._places is not None  # type: ignore[attr-defined]
+    ids = {mid for mid, _ in changed.score(query_terms("roses"), 500)}
+    assert 7 not in ids and 9 not in ids and 8 in ids
+    assert [mid for mid, _ in changed.score(query_terms("coffee"), 5)] == [7]
+
+
+def test_a_large_snapshot_blob_is_read_back_whole(engine: Engine) -> None:
+    store, chat = engine.store(), engine.chat("a")
+    data = pack_arrays({"base": np.arange(300_000, dtype=np.float16)})
+    store.save_rank_snapshot(chat, "vectors", RankSnapshot(Marks(3, 4), "m/8", data))
+    saved = store.rank_snapshot(chat, "vectors")
+    assert saved is not None and saved.data == data and saved.marks == Marks(3, 4)
+    assert isinstance(saved.data, bytes) and saved.model == "m/8"
+    row = engine.storage.database.read_one("SELECT ?, ?", (5, b"\x00\xff"), binary=True)
+    assert row is not None and int(row[0]) == 5 and bytes(row[1]) == b"\x00\xff"
