@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.storage.database import SqliteDatabase
-from core.storage.db import connect
+from core.storage.db import Connection, connect
 from core.storage.session_store import DatabaseSessionStore
 from memory.bench.techniques import PRODUCT_STEPS, Candidates, Refiner, ranked_text
 from memory.embeddings import Embedder
@@ -197,21 +197,45 @@ def evaluate_sample(
     """Ingest one conversation into a fresh database at `db_path` and rank its questions."""
     conn = connect(db_path)
     try:
-        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
-            "locomo", str(sample["sample_id"])
-        )
-        store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
-        items = observation_items(sample) if use_observations else turn_items(sample)
-        turns_of, known = _ingest(store, chat.id, items, embedder, techniques)
-        turns = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
-        asked, skipped = questions(sample, turns)
+        ingested = ingest_sample(sample, conn, embedder, use_observations, techniques)
+        store, chat_id, turns_of = ingested.store, ingested.chat_id, ingested.turns_of
+        asked, skipped = questions(sample, ingested.turns)
         result.n_skipped += skipped
-        refiner = Refiner(techniques, known)
+        refiner = Refiner(techniques, ingested.known)
         name = str(sample.get("sample_id", ""))
         for question in asked:
-            _score(store, chat.id, question, turns_of, retriever, result, ks, refiner, name)
+            _score(store, chat_id, question, turns_of, retriever, result, ks, refiner, name)
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class IngestedSample:
+    """One conversation stored as memories: where, and what the scoring needs of it."""
+
+    store: DatabaseMemoryStore
+    chat_id: int
+    turns_of: dict[int, frozenset[str]]
+    known: Candidates
+    turns: set[str]
+
+
+def ingest_sample(
+    sample: dict[str, Any],
+    conn: Connection,
+    embedder: Embedder | None,
+    observations: bool,
+    techniques: frozenset[str],
+) -> IngestedSample:
+    """Store `sample`'s turns (or observations) as the memories of one chat on `conn`."""
+    chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
+        "locomo", str(sample["sample_id"])
+    )
+    store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
+    items = observation_items(sample) if observations else turn_items(sample)
+    turns_of, known = _ingest(store, chat.id, items, embedder, techniques)
+    turns = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
+    return IngestedSample(store, chat.id, turns_of, known, turns)
 
 
 def _ingest(

@@ -20,18 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from core.storage.database import SqliteDatabase
 from core.storage.db import connect
-from core.storage.session_store import DatabaseSessionStore
 from memory.bench.locomo import (
     CATEGORY_NAMES,
     Question,
-    _ingest,
+    ingest_sample,
     load_samples,
-    observation_items,
     questions,
     sessions,
-    turn_items,
 )
 from memory.bench.techniques import DEFAULT, PRODUCT_STEPS
 from memory.embeddings import Embedder
@@ -290,18 +286,13 @@ def gap_sample(
     """Ingest one conversation (the kept techniques) and analyse each of its questions."""
     conn = connect(db_path)
     try:
-        chat = DatabaseSessionStore(SqliteDatabase(conn)).get_or_create_chat(
-            "locomo", str(sample["sample_id"])
-        )
-        store = DatabaseMemoryStore(SqliteDatabase(conn), embedder)
-        items = observation_items(sample) if observations else turn_items(sample)
-        turns_of, known = _ingest(store, chat.id, items, embedder, DEFAULT)
-        conv = _conversation(sample, turns_of, known)
-        turns = {turn["dia_id"] for turns in sessions(sample["conversation"]) for turn in turns}
-        stage = Stage(DEFAULT & set(PRODUCT_STEPS), known.today)
+        ingested = ingest_sample(sample, conn, embedder, observations, DEFAULT)
+        conv = _conversation(sample, ingested.turns_of, ingested.known)
+        stage = Stage(DEFAULT & set(PRODUCT_STEPS), ingested.known.today)
         name = str(sample.get("sample_id", ""))
-        for question in questions(sample, turns)[0]:
-            report.asked.append(_ask(store, chat.id, question, conv, stage, embedder, name))
+        store, chat_id = ingested.store, ingested.chat_id
+        for question in questions(sample, ingested.turns)[0]:
+            report.asked.append(_ask(store, chat_id, question, conv, stage, embedder, name))
     finally:
         conn.close()
 
