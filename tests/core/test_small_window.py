@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from datetime import date
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -138,11 +139,17 @@ async def test_context_shows_the_tools_a_small_window_left_out(
     assert turn.chat.id == chat.id
 
 
-def test_longrun_on_a_2048_window_meets_the_small_window_targets() -> None:
-    args = ["bench", "longrun", "--turns", "24", "--window", "2048", "--message-chars", "680"]
-    args += ["--tool-every", "0", "--plugins", "all", "--json"]
+def longrun_figures(turns: int, window: int) -> dict[str, Any]:
+    """`mnemo bench longrun --json` with ~680-character messages, no tools, every plugin."""
+    args = ["bench", "longrun", "--turns", str(turns), "--window", str(window)]
+    args += ["--message-chars", "680", "--tool-every", "0", "--plugins", "all", "--json"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
-    figures = json.loads(result.stdout[result.stdout.index("{") :])
+    figures: dict[str, Any] = json.loads(result.stdout[result.stdout.index("{") :])
+    return figures
+
+
+def test_longrun_on_a_2048_window_meets_the_small_window_targets() -> None:
+    figures = longrun_figures(turns=24, window=2048)
     assert figures["requests_over_window"] == 0 and figures["lost_messages"] == 0
     assert figures["error_replies"] == 0
     assert figures["fixed_share"] <= 0.40
@@ -151,10 +158,7 @@ def test_longrun_on_a_2048_window_meets_the_small_window_targets() -> None:
 
 def test_longrun_on_a_4096_window_compacts_at_most_once_in_20_turns() -> None:
     """Recall takes a share of a 4,096 window too, so it cannot fill it every few turns."""
-    args = ["bench", "longrun", "--turns", "40", "--window", "4096", "--message-chars", "680"]
-    args += ["--tool-every", "0", "--plugins", "all", "--json"]
-    result = CliRunner().invoke(cli, args, catch_exceptions=False)
-    figures = json.loads(result.stdout[result.stdout.index("{") :])
+    figures = longrun_figures(turns=40, window=4096)
     assert figures["requests_over_window"] == 0 and figures["lost_messages"] == 0
     assert figures["compactions"] >= 1
     assert figures["compactions_per_100_turns"] <= 5.0
