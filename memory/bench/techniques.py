@@ -19,6 +19,7 @@ from datetime import date
 from typing import Any
 
 from memory import expansion
+from memory.bench import trial_steps
 from memory.second_stage import DEFAULT_STEPS, STEPS
 from memory.temporal import date_prefix, resolve_relative_dates
 
@@ -90,17 +91,17 @@ class Refiner:
         if "cooccur" in on or "term-feedback" in on:
             ranking = self._expanded(query, ranking)
         if "sessions" in on:
-            ranking = expansion.session_diverse(ranking, lambda item: known.days.get(item))
+            ranking = trial_steps.session_diverse(ranking, lambda item: known.days.get(item))
         return ranking
 
     def _expanded(self, query: str, ranking: expansion.Ranking) -> expansion.Ranking:
         known = self.candidates
         asked = [w.lower() for w in _WORD.findall(query)]
         if "cooccur" in self.techniques:
-            terms = expansion.expansion_terms(asked, known.words, len(known.texts))
+            terms = trial_steps.expansion_terms(asked, known.words, len(known.texts))
         else:
             terms = _feedback_terms(known, [item for item, _ in ranking[:3]], set(asked))
-        return expansion.term_boost(ranking, known.words, terms, share=TERM_SHARE)
+        return trial_steps.term_boost(ranking, known.words, terms, share=TERM_SHARE)
 
 
 TERM_SHARE = 0.3

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memory.bench.trial_steps import expansion_terms, session_diverse, term_boost
 from memory.expansion import (
     apply_factors,
     entity_expand,
-    expansion_terms,
     feedback_rescore,
     focus_boost,
     names_in,
     neighbour_expand,
-    session_diverse,
-    term_boost,
 )
 
 RANKING = [(1, 1.0), (2, 0.8), (3, 0.5), (4, 0.2)]
