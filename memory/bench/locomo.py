@@ -201,7 +201,7 @@ def evaluate_sample(
         store, chat_id, turns_of = ingested.store, ingested.chat_id, ingested.turns_of
         asked, skipped = questions(sample, ingested.turns)
         result.n_skipped += skipped
-        refiner = Refiner(techniques, ingested.known)
+        refiner = Refiner(techniques, ingested.known, embedder)
         name = str(sample.get("sample_id", ""))
         for question in asked:
             _score(store, chat_id, question, turns_of, retriever, result, ks, refiner, name)
@@ -264,6 +264,8 @@ def _ingest(
         )
         turns_of[memory_id] = item.dia_ids
         known.add(memory_id, item.content, item.day, vector)
+    if "sentences" in techniques and embedder is not None:
+        known.embed_sentences(embedder)
     return turns_of, known
 
 

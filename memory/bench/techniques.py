@@ -6,7 +6,7 @@
 - product steps are the second stage of the product's own ranking
   (`memory.second_stage.STEPS`), passed to `rank_memories` as its `Stage`;
 - experimental steps (`focus`, `feedback`, `entities`, `sessions`, `cooccur`,
-  `term-feedback`) re-score the product's ranking in the bench only: measured, they did
+  `term-feedback`, `sentences`) re-score the product's ranking in the bench only: measured, they did
   not hold, so the product does not run them (docs/notes/locomo-gap.md).
 """
 
@@ -20,12 +20,21 @@ from typing import Any
 
 from memory import expansion
 from memory.bench import trial_steps
+from memory.embeddings import Embedder
 from memory.second_stage import DEFAULT_STEPS, STEPS
 from memory.temporal import date_prefix, resolve_relative_dates
 
 INGEST_TECHNIQUES = ("date-prefix", "resolve-dates")
 PRODUCT_STEPS = STEPS
-EXPERIMENTAL = ("focus", "feedback", "entities", "sessions", "cooccur", "term-feedback")
+EXPERIMENTAL = (
+    "focus",
+    "feedback",
+    "entities",
+    "sessions",
+    "cooccur",
+    "term-feedback",
+    "sentences",
+)
 TECHNIQUES = INGEST_TECHNIQUES + PRODUCT_STEPS + EXPERIMENTAL
 _WORD = re.compile(r"[\w'’-]+")
 
@@ -45,6 +54,7 @@ class Candidates:
 
     texts: dict[int, str] = field(default_factory=dict)  # as said, without added dates
     vectors: dict[int, Any] = field(default_factory=dict)
+    sentence_vectors: dict[int, Any] = field(default_factory=dict)  # `sentences` step only
     words: dict[str, list[int]] = field(default_factory=dict)
     days: dict[int, date | None] = field(default_factory=dict)
     today: date | None = None  # the conversation's last day: when its questions are asked
@@ -70,6 +80,28 @@ class Candidates:
         centroid = numpy.mean(seeds, axis=0)
         return {i: float(self.vectors[i] @ centroid) for i in ids if i in self.vectors}
 
+    def embed_sentences(self, embedder: Embedder) -> None:
+        """Embed every item's `trial_steps.sentences` (unit rows), for the `sentences` step."""
+        import numpy
+
+        units = {item: trial_steps.sentences(text) for item, text in self.texts.items()}
+        texts = [unit for found in units.values() for unit in found]
+        rows = numpy.asarray(embedder.embed(texts), dtype=numpy.float32).reshape(len(texts), -1)
+        rows /= numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        start = 0
+        for item, found in units.items():
+            self.sentence_vectors[item] = rows[start : start + len(found)]
+            start += len(found)
+
+    def best_sentence(self, query: Sequence[float], ids: Sequence[int]) -> dict[int, float]:
+        """The query's cosine with each item's closest sentence (items without any: left out)."""
+        import numpy
+
+        vector = numpy.asarray(query, dtype=numpy.float32)
+        vector /= max(float(numpy.linalg.norm(vector)), 1e-12)
+        known = [i for i in ids if len(self.sentence_vectors.get(i, ())) > 0]
+        return {i: float((self.sentence_vectors[i] @ vector).max()) for i in known}
+
 
 @dataclass(frozen=True)
 class Refiner:
@@ -77,9 +109,15 @@ class Refiner:
 
     techniques: frozenset[str]
     candidates: Candidates
+    embedder: Embedder | None = None  # the `sentences` step embeds the query
 
     def refine(self, query: str, ranking: expansion.Ranking) -> expansion.Ranking:
         on, known = self.techniques, self.candidates
+        if "sentences" in on and self.embedder is not None:
+            vector = self.embedder.embed_query(query)
+            ranking = trial_steps.sentence_rescore(
+                ranking, lambda ids: known.best_sentence(vector, ids)
+            )
         if "focus" in on:
             ranking = expansion.focus_boost(ranking, known.texts, query)
         if "feedback" in on:

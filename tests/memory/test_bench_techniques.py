@@ -8,6 +8,7 @@ from pathlib import Path
 
 from memory.bench.locomo import run_locomo, turn_items
 from memory.bench.techniques import DEFAULT, PRODUCT_STEPS, Candidates, Refiner, ranked_text
+from memory.bench.trial_steps import sentence_rescore, sentences
 
 SAMPLE = {
     "sample_id": "tiny",
@@ -69,3 +70,53 @@ def test_a_tiny_run_reports_by_category_and_conversation(tmp_path: Path) -> None
     assert summary["cov@5"] == 1.0
     assert summary["by_conversation"]["cov@10"] == {"tiny": 1.0}
     assert set(summary["by_category"]) == {"temporal"}
+
+
+class WordEmbedder:
+    """A tiny deterministic embedder: one dimension per known word (a fake, not a mock)."""
+
+    model_name = "words"
+    dim = 4
+    words = ("tent", "pottery", "lake", "library")
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        vector = [float(word in text.lower()) for word in self.words]
+        return vector if any(vector) else [0.1] * self.dim
+
+
+def test_sentences_split_a_turn_and_its_photo_keeping_the_speaker() -> None:
+    text = "Ann: I went camping. It was great fun! Wow. [shares a photo: a tent by a lake]"
+    assert sentences(text) == [
+        text,
+        "Ann: I went camping.",
+        "Ann: It was great fun!",
+        "Ann shares a photo: a tent by a lake",
+    ]
+    assert sentences("Ann likes pottery.") == ["Ann likes pottery."]
+
+
+def test_sentence_rescore_reorders_the_first_depth_only() -> None:
+    ranking = [(1, 1.0), (2, 0.99), (3, 0.98), (4, 0.0), (5, 0.0)]
+    close = {1: 0.0, 2: 0.0, 3: 1.0, 4: 0.0}
+    rescored = sentence_rescore(ranking, lambda ids: {i: close[i] for i in ids}, depth=4)
+    assert [item for item, _ in rescored] == [3, 1, 2, 4, 5]
+    assert rescored[-1] == (5, 0.0)
+    assert sentence_rescore(ranking, lambda ids: {}) == ranking
+
+
+def test_the_sentences_step_finds_the_sentence_a_long_turn_hides() -> None:
+    known = Candidates()
+    known.add(1, "Ana: The library was closed, so the library trip is off.", None, None)
+    known.add(2, "Ben: We drove to the lake and talked for hours. We slept in a tent.", None, None)
+    known.embed_sentences(WordEmbedder())
+    assert len(known.sentence_vectors[2]) == 3  # the whole turn and its two sentences
+    # the whole turn is half about the lake (cosine 0.71); its second sentence is the tent
+    assert known.best_sentence([1.0, 0.0, 0.0, 0.0], [1, 2]) == {1: 0.0, 2: 1.0}
+    known.add(3, "Ana: Nothing much to say here.", None, None)
+    known.embed_sentences(WordEmbedder())
+    refiner = Refiner(frozenset({"sentences"}), known, WordEmbedder())
+    refined = refiner.refine("a tent?", [(1, 1.0), (2, 0.99), (3, 0.0)])
+    assert [item for item, _ in refined] == [2, 1, 3]
