@@ -6,8 +6,9 @@
 - product steps are the second stage of the product's own ranking
   (`memory.second_stage.STEPS`), passed to `rank_memories` as its `Stage`;
 - experimental steps (`focus`, `feedback`, `entities`, `sessions`, `cooccur`,
-  `term-feedback`, `sentences`) re-score the product's ranking in the bench only: measured, they did
-  not hold, so the product does not run them (docs/notes/locomo-gap.md).
+  `term-feedback`, `sentences`) re-score the product's ranking in the bench only: measured,
+  they did not hold (`sentences`: for turns only, and it needs a vector per sentence), so
+  the product does not run them (docs/notes/locomo-gap.md).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from memory.expansion import Ranking, ordered
+from memory.second_stage import leading_speaker
 from memory.terms import STOP_WORDS
 
 
@@ -93,7 +94,6 @@ def term_boost(
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _PHOTO = re.compile(r"\s*\[shares a photo: (.*)\]\s*$")
-_SPEAKER = re.compile(r"^([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*)?): ")
 MIN_SENTENCE_WORDS = 3  # shorter sentences ("Wow!", "Thanks.") say nothing alone
 SENTENCE_WEIGHT = 0.25
 SENTENCE_DEPTH = 50
@@ -103,9 +103,9 @@ def sentences(text: str) -> list[str]:
     """What `sentence_rescore` compares a query with: the whole text (as said, without a
     date in front), then each sentence of at least `MIN_SENTENCE_WORDS` words and a shared
     photo's caption (`… [shares a photo: CAPTION]`), each with the speaker in front."""
-    match = _SPEAKER.match(text)
-    speaker = f"{match.group(1)}: " if match else ""
-    said = text[match.end() :] if match else text
+    name = leading_speaker(text)
+    speaker = f"{name}: " if name else ""
+    said = text[len(speaker) :]
     photo = _PHOTO.search(said)
     body = _PHOTO.sub("", said)
     parts = [part for part in _SENTENCE_END.split(body) if len(part.split()) >= MIN_SENTENCE_WORDS]
