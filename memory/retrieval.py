@@ -21,7 +21,9 @@ neighbours of the best hits re-score the candidates (`stage`, all steps by defau
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 
@@ -41,6 +43,11 @@ MIN_DEPTH = 50  # candidates each ranker contributes to the fusion
 KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is cosine
 
 _warned_fallback = False
+# Query embeddings run here while the calling thread scores BM25 and brings the chat's
+# vectors up to date: ONNX Runtime lets go of the GIL, so on a machine with a core to spare
+# the keyword side costs no wall time (one worker per core: rankings of several chats at
+# once do not queue behind each other more than the cores make them).
+_EMBEDDINGS = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="mnemo-query-vector")
 
 
 @dataclass(frozen=True)
@@ -105,15 +112,20 @@ def _hybrid(
     embedder: Embedder,
     name_free: bool = True,
 ) -> list[tuple[int, float]]:
+    embedding = _EMBEDDINGS.submit(query_vector if name_free else _own_vector, embedder, query)
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
+    vectors = chat_vectors(store, chat_id)
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
-    nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
+    nearest, hits = vectors.search(embedding.result(), depth, list(keyword))
     semantic = dict(nearest)
     semantic.update(hits)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
     return sorted(fused.items(), key=lambda item: -item[1])
+
+
+def _own_vector(embedder: Embedder, query: str) -> list[float]:
+    return embedder.embed_query(query)
 
 
 def rank_memories(
