@@ -7,7 +7,10 @@ memories whole, and the query embedded beside the keyword side."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import threading
+import time
 from dataclasses import fields
 
 import numpy as np
@@ -192,3 +195,23 @@ def test_the_query_is_embedded_beside_the_keyword_side(engine: Engine, embedder:
     broken = _Recording(embedder, fail=True)
     with pytest.raises(RuntimeError, match="the model broke"):
         rank_memories(engine.store(broken), chat, "what does Bob bake", 2)
+
+
+def test_a_forked_child_embeds_on_workers_of_its_own() -> None:
+    from memory import retrieval
+
+    assert retrieval._embedding_pool().submit(threading.get_ident).result(timeout=30)
+    child = os.fork()
+    if child == 0:  # the child: the parent's worker threads are not here
+        try:
+            retrieval._embedding_pool().submit(threading.get_ident).result(timeout=10)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    deadline = time.monotonic() + 60
+    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert done[0] == child and os.waitstatus_to_exitcode(done[1]) == 0
