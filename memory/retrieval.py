@@ -21,10 +21,7 @@ neighbours of the best hits re-score the candidates (`stage`, all steps by defau
 from __future__ import annotations
 
 import logging
-import os
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 
@@ -44,29 +41,6 @@ MIN_DEPTH = 50  # candidates each ranker contributes to the fusion
 KEYWORD_WEIGHT = 0.5  # hybrid: share of the normalised BM25 score, the rest is cosine
 
 _warned_fallback = False
-# Query embeddings run on these workers while the calling thread scores BM25 and brings
-# the chat's vectors up to date: ONNX Runtime lets go of the GIL, so on a machine with a
-# core to spare the keyword side costs no wall time (one worker per core: rankings of
-# several chats at once queue no more than the cores make them). Made at the first query;
-# a forked child makes its own (it has none of the parent's threads).
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _embedding_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="mnemo-query-vector")
-        return _pool
-
-
-def _forget_pool_in_child() -> None:
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 @dataclass(frozen=True)
@@ -131,21 +105,15 @@ def _hybrid(
     embedder: Embedder,
     name_free: bool = True,
 ) -> list[tuple[int, float]]:
-    embed = query_vector if name_free else _own_vector
-    embedding = _embedding_pool().submit(embed, embedder, query)
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vectors = chat_vectors(store, chat_id)
+    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
-    nearest, hits = vectors.search(embedding.result(), depth, list(keyword))
+    nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
     semantic = dict(nearest)
     semantic.update(hits)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
     return sorted(fused.items(), key=lambda item: -item[1])
-
-
-def _own_vector(embedder: Embedder, query: str) -> list[float]:
-    return embedder.embed_query(query)
 
 
 def rank_memories(

@@ -1,16 +1,12 @@
 """The speed-minded parts of ranking at 100,000 memories, checked for what they must keep:
 snapshot arrays read back without a copy, the Hamming cut, a recent keyword segment sized
 by its own terms (and sparse, after a change), lazy positions of loaded lists, blobs read in
-binary on both engines, a query's vector as the batch path makes it, rows made into
-memories whole, and the query embedded beside the keyword side."""
+binary on both engines, a query's vector as the batch path makes it, and rows made into
+memories whole."""
 
 from __future__ import annotations
 
 import io
-import os
-import signal
-import threading
-import time
 from dataclasses import fields
 
 import numpy as np
@@ -20,7 +16,6 @@ from memory.embeddings import Embedder
 from memory.onnx_embedder import OnnxEmbedder, encode_batch, encode_one
 from memory.posting_lists import PostingLists, Segment, index_terms, query_terms, tokenise
 from memory.posting_snapshot import lists_arrays, lists_from_arrays
-from memory.retrieval import rank_memories
 from memory.snapshot_arrays import pack_arrays, unpack_arrays
 from memory.store import Marks, Memory, RankSnapshot, memory_from_row
 from memory.vector_cache import ChatVectors, hamming, nearest_codes, sign_codes
@@ -163,55 +158,3 @@ def test_a_row_becomes_the_memory_its_constructor_makes() -> None:
     assert isinstance(made.confidence, float) and made.archived is False
     with pytest.raises(AttributeError):
         made.content = "changed"  # type: ignore[misc]
-
-
-class _Recording:
-    """An embedder that notes the thread each query is embedded on (or fails)."""
-
-    def __init__(self, inner: Embedder, fail: bool = False) -> None:
-        self.inner, self.fail = inner, fail
-        self.model_name, self.dim = inner.model_name, inner.dim
-        self.threads: list[str] = []
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        return self.inner.embed(texts)
-
-    def embed_query(self, text: str) -> list[float]:
-        self.threads.append(threading.current_thread().name)
-        if self.fail:
-            raise RuntimeError("the model broke")
-        return self.inner.embed_query(text)
-
-
-def test_the_query_is_embedded_beside_the_keyword_side(engine: Engine, embedder: Embedder) -> None:
-    recording = _Recording(embedder)
-    store, chat = engine.store(recording), engine.chat("a")
-    for text in ("Ann kayaks in Berlin", "Bob bakes sourdough", "Ann plays the violin"):
-        store.add(chat, text, "EVENT", source="test")
-    ranked = rank_memories(store, chat, "what does Ann do in Berlin", 2)
-    assert [r.memory.content for r in ranked][0] == "Ann kayaks in Berlin"
-    assert recording.threads and recording.threads[-1].startswith("mnemo-query-vector")
-    assert recording.threads[-1] != threading.current_thread().name
-    broken = _Recording(embedder, fail=True)
-    with pytest.raises(RuntimeError, match="the model broke"):
-        rank_memories(engine.store(broken), chat, "what does Bob bake", 2)
-
-
-def test_a_forked_child_embeds_on_workers_of_its_own() -> None:
-    from memory import retrieval
-
-    assert retrieval._embedding_pool().submit(threading.get_ident).result(timeout=30)
-    child = os.fork()
-    if child == 0:  # the child: the parent's worker threads are not here
-        try:
-            retrieval._embedding_pool().submit(threading.get_ident).result(timeout=10)
-            os._exit(0)
-        except BaseException:
-            os._exit(1)
-    deadline = time.monotonic() + 60
-    while (done := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if done[0] == 0:
-        os.kill(child, signal.SIGKILL)
-        os.waitpid(child, 0)
-    assert done[0] == child and os.waitstatus_to_exitcode(done[1]) == 0
