@@ -174,6 +174,28 @@ def encode_batch(session: Any, tokenizer: Any, texts: list[str]) -> list[list[fl
     return result
 
 
+def encode_one(session: Any, tokenizer: Any, text: str, inputs: frozenset[str]) -> list[float]:
+    """The unit-length vector of one text: `encode_batch` of `[text]` to the bit, with less
+    around the model run (a query's path). The text is not padded, so every token counts in
+    the mean: no mask to multiply by, and the tokenizer's single `encode` (the batch call
+    costs ~0.1 ms more). `inputs`: the session's input names, read once."""
+    import numpy as np
+
+    encoding = tokenizer.encode(text)
+    ids = np.asarray([encoding.ids], np.int64)
+    columns = {
+        "input_ids": ids,
+        "attention_mask": np.asarray([encoding.attention_mask], np.int64),
+        "token_type_ids": np.asarray([encoding.type_ids], np.int64),
+    }
+    feeds = {name: value for name, value in columns.items() if name in inputs}
+    hidden = session.run(["last_hidden_state"], feeds)[0]
+    pooled = hidden.sum(axis=1) / np.float32(max(ids.shape[1], 1))
+    norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+    result: list[float] = (pooled / norms).astype(np.float32)[0].tolist()
+    return result
+
+
 class OnnxEmbedder:
     """The `Embedder` protocol over ONNX Runtime sessions (thread-safe).
 
@@ -193,6 +215,7 @@ class OnnxEmbedder:
         self._documents: Any | None = None
         self._documents_lock = threading.Lock()
         self.query_precision, self._query_session = self._open_query_session(query_precision)
+        self._query_inputs = frozenset(item.name for item in self._query_session.get_inputs())
 
     def _open_query_session(self, precision: str) -> tuple[str, Any]:
         path = self._exported.query_path
@@ -224,7 +247,8 @@ class OnnxEmbedder:
     @functools.lru_cache(maxsize=QUERY_CACHE_SIZE)  # noqa: B019 - one embedder per process
     def _query_vector(self, text: str) -> tuple[float, ...]:
         """Cached: the tool loop ranks the same query on every model call of a turn."""
-        return tuple(encode_batch(self._query_session, self._single_tokenizer, [text])[0])
+        session, tokenizer = self._query_session, self._single_tokenizer
+        return tuple(encode_one(session, tokenizer, text, self._query_inputs))
 
 
 def open_embedder(exported: ExportedModel, query_precision: str) -> OnnxEmbedder:

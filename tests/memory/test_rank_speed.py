@@ -1,19 +1,23 @@
 """The speed-minded parts of ranking at 100,000 memories, checked for what they must keep:
 snapshot arrays read back without a copy, the Hamming cut, a recent keyword segment sized
-by its own terms, lazy positions of loaded lists, and blobs read in binary on both
-engines."""
+by its own terms (and sparse, after a change), lazy positions of loaded lists, blobs read in
+binary on both engines, a query's vector as the batch path makes it, and rows made into
+memories whole."""
 
 from __future__ import annotations
 
 import io
+from dataclasses import fields
 
 import numpy as np
 import pytest
 
-from memory.posting_lists import PostingLists, Segment, query_terms, tokenise
+from memory.embeddings import Embedder
+from memory.onnx_embedder import OnnxEmbedder, encode_batch, encode_one
+from memory.posting_lists import PostingLists, Segment, index_terms, query_terms, tokenise
 from memory.posting_snapshot import lists_arrays, lists_from_arrays
 from memory.snapshot_arrays import pack_arrays, unpack_arrays
-from memory.store import Marks, RankSnapshot
+from memory.store import Marks, Memory, RankSnapshot, memory_from_row
 from memory.vector_cache import ChatVectors, hamming, nearest_codes, sign_codes
 from tests.memory.conftest import Engine
 
@@ -110,3 +114,47 @@ def test_a_large_snapshot_blob_is_read_back_whole(engine: Engine) -> None:
     assert isinstance(saved.data, bytes) and saved.model == "m/8"
     row = engine.storage.database.read_one("SELECT ?, ?", (5, b"\x00\xff"), binary=True)
     assert row is not None and int(row[0]) == 5 and bytes(row[1]) == b"\x00\xff"
+
+
+def test_a_recent_segment_after_a_change_holds_only_its_own_terms() -> None:
+    rows = [(i, f"note {i} about tea and roses", "") for i in range(1, 400)]
+    lists = PostingLists.build(rows)
+    changed = lists.apply([(7, "coffee with zanzibar 987654", "in Kyoto")], [9])
+    recent = changed.recent
+    stems = index_terms("coffee with zanzibar 987654 in Kyoto")
+    held = {changed.vocabulary[stem] for stem in stems}
+    assert len(held) == 6 and max(held) >= 400  # new words, numbered past the old ones
+    assert recent.numbers is not None and set(recent.numbers.tolist()) == held
+    assert len(recent.bounds) == len(held) + 1  # not one per vocabulary term
+    assert len(recent.postings(changed.vocabulary["rose"])[0]) == 0
+    assert len(recent.postings(len(changed.vocabulary) + 5)[0]) == 0  # past every term
+    fresh = PostingLists.build([row for row in rows if row[0] not in (7, 9)]
+                               + [(7, "coffee with zanzibar 987654", "in Kyoto")])  # fmt: skip
+    for query in ("coffee in Zanzibar", "tea roses", "Kyoto 987654 note"):
+        terms = query_terms(query)
+        assert changed.score(terms, 50) == fresh.score(terms, 50)  # the same scores, bit for bit
+    assert not changed.stale()
+
+
+def test_a_query_vector_is_the_batch_paths_to_the_bit(embedder: Embedder) -> None:
+    assert isinstance(embedder, OnnxEmbedder)
+    session, tokenizer = embedder._query_session, embedder._single_tokenizer
+    inputs = frozenset(item.name for item in session.get_inputs())
+    for text in ("What did Ann do with the kayak in Berlin? (123)", "", "a", "记住 " * 300):
+        assert (
+            encode_one(session, tokenizer, text, inputs)
+            == encode_batch(session, tokenizer, [text])[0]
+        )
+
+
+def test_a_row_becomes_the_memory_its_constructor_makes() -> None:
+    row = (5, None, "tea", "EVENT", 1, None, "2026-01-01", "2026-01-02", "2026-01-03", 0,
+           None, "m/8", None, "u1", None)  # fmt: skip
+    made = memory_from_row(row)
+    expected = Memory(5, None, "tea", "EVENT", 1.0, "", "2026-01-01", "2026-01-02",
+                      "2026-01-03", False, None, "m/8", "", "u1", "")  # fmt: skip
+    assert made == expected and hash(made) == hash(expected) and repr(made) == repr(expected)
+    assert set(vars(made)) == {field.name for field in fields(Memory)}
+    assert isinstance(made.confidence, float) and made.archived is False
+    with pytest.raises(AttributeError):
+        made.content = "changed"  # type: ignore[misc]
