@@ -1,5 +1,11 @@
 """The MCP extension of a running bot: the servers' tools per chat (who may use what), the
-servers' background job, a note when one is down, `mnemo doctor` lines and `/tools`."""
+servers' background job, a note when one is down, `mnemo doctor` lines and `/tools`.
+
+The servers start once the bot is quiet (no turn for `QUIET_S`), not with the bot: their
+start imports the MCP SDK, about a second of CPU that shares the GIL (and, on a small
+machine, the core) with the turn. A message that arrives at start is answered first, as
+fast as with no server; its tools are absent, as a server's are until it is up.
+"""
 
 from __future__ import annotations
 
@@ -23,10 +29,13 @@ from core.errors import ToolError
 from core.mcp.connection import CONNECT_TIMEOUT_S, McpServer, McpTool
 from core.tools.access import chat_matches
 from core.tools.registry import ToolRegistry
+from core.turn.activity import TurnActivity
 
 logger = logging.getLogger(__name__)
 
 DOCTOR_TIMEOUT_S = 10.0
+QUIET_S = 0.3  # the servers start once no turn has run for this long
+QUIET_AT_MOST_S = 10.0  # or after this long on a bot that is never quiet
 
 
 def chat_allowed(server: McpServerConfig, control_chats: list[str], chat: Chat) -> bool:
@@ -78,16 +87,21 @@ class McpTools(ToolSource):
 
 
 class McpService:
-    """Runs every server's connection loop until cancelled."""
+    """Runs every server's connection loop until cancelled, from the bot's first lull."""
 
     name = "mcp"
 
-    def __init__(self, servers: list[McpServer]) -> None:
+    def __init__(self, servers: list[McpServer], activity: TurnActivity | None = None) -> None:
         self.servers = servers
+        self.activity = activity or TurnActivity()
         self.started = False
+        self.connecting = False  # past the wait for a lull: the servers are being started
 
     async def run(self) -> None:
         self.started = True
+        if not await self.activity.quiet(QUIET_S, QUIET_AT_MOST_S):
+            logger.info("MCP servers start now: the bot has been busy for %.0f s", QUIET_AT_MOST_S)
+        self.connecting = True
         async with asyncio.TaskGroup() as group:
             for server in self.servers:
                 group.create_task(server.run(), name=f"mcp {server.name}")
@@ -98,11 +112,13 @@ class McpExtension(Extension):
 
     name = "mcp"
 
-    def __init__(self, config: Config, registry: ToolRegistry) -> None:
+    def __init__(
+        self, config: Config, registry: ToolRegistry, activity: TurnActivity | None = None
+    ) -> None:
         limit, logs = config.mcp.max_restart_delay, config.storage.data_dir / "logs"
         self.servers = [McpServer(server, limit, logs) for server in config.mcp.servers]
         self.source = McpTools(config, self.servers)
-        self.service = McpService(self.servers)
+        self.service = McpService(self.servers, activity)
         self.registry = registry
 
     def tool_sources(self) -> list[ToolSource]:

@@ -25,4 +25,4 @@ def register_commands(cli: click.Group) -> None:
 def extension(host: Host) -> Extension:
     from core.mcp.extension import McpExtension
 
-    return McpExtension(host.config, host.extensions.tools)
+    return McpExtension(host.config, host.extensions.tools, host.activity)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.api import Inbound, Outbound, TurnContext
@@ -59,6 +59,7 @@ from core.storage.store import (
 from core.text import cap_reply, clean_text, strip_think
 from core.tools.results import keep_tool_result
 from core.tools.text_calls import strip_tool_text
+from core.turn.activity import TurnActivity
 from core.turn.citations import split_citations
 from core.turn.extensions import Extensions
 from core.turn.live import PROCESS_OWNER, LiveTurn, request_summary, tee
@@ -107,6 +108,7 @@ class Agent:
     files: FileStore
     outgoing: Outgoing  # messages nobody asked for: the dispatcher binds to it
     live: DatabaseLiveTurnStore | None = None  # where the dashboard sees turns as they run
+    activity: TurnActivity = field(default_factory=TurnActivity)  # turns running now
 
     def accept(self, inbound: Inbound) -> StoredInbound | None:
         """Store an arriving message before it waits for its chat's turn; None when the
@@ -135,6 +137,7 @@ class Agent:
         token = _SHOWING.set(tee(on_text, live.text) if live else on_text)
         media = _MEDIA.set(None)
         live_token = _LIVE.set(live)
+        self.activity.begin()
         try:
             reply = await self._answer(message, lease)
         except BaseException:
@@ -142,6 +145,7 @@ class Agent:
                 live.finish("failed", "")
             raise
         finally:
+            self.activity.end()
             _LIVE.reset(live_token)
             _MEDIA.reset(media)
             _SHOWING.reset(token)

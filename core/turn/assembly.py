@@ -16,6 +16,7 @@ from core.storage.engine import Storage
 from core.storage.file_store import FileStore
 from core.storage.store import DeliveryStore, SessionStore
 from core.storage.stores import delivery_store, file_store, live_turn_store
+from core.turn.activity import TurnActivity
 from core.turn.agent import Agent
 from core.turn.extensions import Extensions
 from core.turn.hooks import Host, Plugin
@@ -40,7 +41,10 @@ def build_agent(
     compactor = Compactor(config, store, llm, files, before=extensions.before_compaction)
     planner = RequestPlanner(config, store, extensions.tools, llm.model)
     outgoing = Outgoing()
-    host = Host(config, storage, store, llm, extensions, compactor, planner, files, outgoing)
+    activity = TurnActivity()
+    host = Host(
+        config, storage, store, llm, extensions, compactor, planner, files, outgoing, activity
+    )
     for plugin in plugins:
         extension = plugin.extension(host)
         if extension is not None:
@@ -48,5 +52,5 @@ def build_agent(
     deliveries = deliveries if deliveries is not None else delivery_store(storage)
     return Agent(
         config, store, llm, extensions, planner, compactor, deliveries, files, outgoing,
-        live=live_turn_store(storage),
+        live=live_turn_store(storage), activity=activity,
     )  # fmt: skip

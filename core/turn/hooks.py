@@ -24,6 +24,7 @@ from core.model.client import LLM
 from core.storage.engine import Storage
 from core.storage.file_store import FileStore
 from core.storage.store import SessionStore
+from core.turn.activity import TurnActivity
 from core.turn.extensions import Extensions
 from core.turn.outgoing import Outgoing
 
@@ -46,6 +47,8 @@ class Host:
     files: FileStore
     # How a service sends a message nobody asked for (a reminder): `core.turn.outgoing`.
     outgoing: Outgoing = field(default_factory=Outgoing)
+    # Whether a turn runs now (`Agent.answer` marks it): heavy background work waits for a lull.
+    activity: TurnActivity = field(default_factory=TurnActivity)
 
 
 class Plugin(Protocol):

@@ -311,6 +311,36 @@ async def test_a_server_that_never_answers_blocks_neither_start_nor_a_turn(
         runtime.close()
 
 
+async def test_servers_start_after_the_first_turn_not_during_it(
+    config: Config, fake_llm: FakeOpenAIServer
+) -> None:
+    """A message that arrives as the bot starts is answered before the servers start (their
+    start imports the SDK, a second of CPU); its tools are absent, the next turn has them."""
+    config.mcp.servers = [stdio_server(chats=["*"])]
+    fake_llm.add(FakeReply("first", delay_s=1.0), FakeReply("second"))
+    runtime = build_runtime(config, plugins=[default_plugin, mcp_plugin])
+    mcp = mcp_of(runtime)
+    turn = asyncio.create_task(ask(runtime, "hello"))
+    for _ in range(1000):  # the message arrived, its turn began: now the bot starts
+        if runtime.agent.activity.running:
+            break
+        await asyncio.sleep(0.01)
+    services = [asyncio.create_task(s.run()) for s in runtime.extensions.services()]
+    try:
+        await asyncio.sleep(0.6)  # the turn waits for the model: the bot is busy
+        assert mcp.service.started and not mcp.service.connecting
+        assert await turn == "first"
+        assert "t__" not in json.dumps(fake_llm.requests[0].get("tools"))
+        await until_up(mcp.servers[0])  # started in the lull after the turn
+        assert await ask(runtime, "again") == "second"
+        assert "t__echo" in tool_names(fake_llm.requests[1])
+    finally:
+        for task in [turn, *services]:
+            task.cancel()
+        await asyncio.gather(turn, *services, return_exceptions=True)
+        runtime.close()
+
+
 def test_http_headers_carry_the_bearer_token_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
