@@ -7,10 +7,14 @@ REAL_STAMP := $(VENV)/.installed-real
 
 .PHONY: install install-dev configured run chat test test-real lint fix bench bench-real clean
 
-# What running needs: the package and its dependencies, no test tools. The venv's own pip
-# (23.2 with Python 3.11) installs editable pyproject packages: no upgrade first.
+# A venv with a current pip: the one Python 3.11's venv brings (23.2) does not match extra
+# names as PEP 685 says, so it misses justext's `lxml[html_clean]` (lxml spells it
+# `html-clean`) and web_fetch fails without lxml_html_clean.
+NEW_VENV := (test -x $(PY) || python3 -m venv $(VENV)) && $(PIP) install --quiet --upgrade pip
+
+# What running needs: the package and its dependencies, no test tools.
 $(RUN_STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+	$(NEW_VENV)
 	$(PIP) install --quiet -c constraints.txt -e .
 	touch $@
 
@@ -19,7 +23,7 @@ $(RUN_STAMP): pyproject.toml constraints.txt
 # installs, torch's included (~80 s); Python compiles what is imported, once (`make test`
 # writes bytecode).
 $(DEV_STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || python3 -m venv $(VENV)
+	$(NEW_VENV)
 	$(PIP) install --quiet --no-compile -c constraints.txt -e '.[dev]'
 	touch $@ $(RUN_STAMP)
 
