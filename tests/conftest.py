@@ -47,6 +47,9 @@ SLOWEST_FIRST = (
     "tests/memory/test_forgetting.py",
     "tests/reflector/test_cli.py",
     "tests/core/test_backup.py",
+    # Each test starts a warm process of its own (~30 s of imports on a loaded machine): last,
+    # they made the run's tail.
+    "tests/test_warm_mnemo.py",
 )
 
 
