@@ -53,6 +53,7 @@ _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
+_M_COLUMNS = ", ".join("m." + column.strip() for column in _COLUMNS.split(","))
 _ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
 _CHUNK = 500  # ids per statement (SQLite binds each one)
 
@@ -306,13 +307,15 @@ class DatabaseMemoryStore:
         return [memory_from_row(row) for row in rows]
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """The memories among `ids`, in the order asked (ranking reads its candidates best
+        first, and `memory.memory_candidates` reads their order from the dict)."""
         wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
         found: dict[int, Memory] = {}
         for start in range(0, len(wanted), _CHUNK):
             among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
             rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
             found.update((int(row[0]), memory_from_row(row)) for row in rows)
-        return found
+        return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
         if chat_id is None and not with_global:
@@ -326,13 +329,27 @@ class DatabaseMemoryStore:
         return int(row[0])
 
     def adjacent(self, chat_id: int, memory_id: int) -> Memories:
+        return self.adjacent_many(chat_id, [memory_id]).get(memory_id, [])
+
+    def adjacent_many(self, chat_id: int, memory_ids: Sequence[int]) -> dict[int, Memories]:
+        """`adjacent` of each of `memory_ids` in one statement (one round trip on
+        PostgreSQL, where five `adjacent` reads were five): id -> its neighbours, oldest
+        first; an id without any is left out."""
+        wanted = list(dict.fromkeys(int(i) for i in memory_ids))[:_CHUNK]
+        if not wanted:
+            return {}
         inside = "FROM memories WHERE chat_id = ? AND archived = 0 AND id"
+        seeds = ", ".join("(CAST(? AS BIGINT))" for _ in wanted)
         rows = self.db.read(
-            f"SELECT {_COLUMNS} FROM memories WHERE id IN"
-            f" ((SELECT max(id) {inside} < ?), (SELECT min(id) {inside} > ?)) ORDER BY id",
-            (chat_id, memory_id, chat_id, memory_id),
+            f"SELECT s.column1, {_M_COLUMNS} FROM (VALUES {seeds}) AS s JOIN memories m"
+            f" ON m.id IN ((SELECT max(id) {inside} < s.column1),"
+            f" (SELECT min(id) {inside} > s.column1)) ORDER BY s.column1, m.id",
+            (*wanted, chat_id, chat_id),
         )
-        return [memory_from_row(row) for row in rows]
+        found: dict[int, Memories] = {}
+        for row in rows:
+            found.setdefault(int(row[0]), []).append(memory_from_row(row[1:]))
+        return found
 
     def newest(self, chat_id: int, limit: int) -> Memories:
         rows = self.db.read(
