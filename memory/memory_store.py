@@ -21,6 +21,7 @@ from core.storage.database import Database
 from memory import change_log_store, note_store, rank_snapshot_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index
+from memory.snapshot_reader import SnapshotReader
 from memory.sqlite_index import embedding_text
 from memory.store import (
     MAX_CONTENT_CHARS,
@@ -75,6 +76,7 @@ class DatabaseMemoryStore:
         self.embedder = embedder
         self.index = index or memory_index(db)
         self._vectors_checked = False
+        self._snapshots = SnapshotReader(db)
 
     def transaction(self) -> AbstractContextManager[Any]:
         return self.db.transaction()
@@ -452,15 +454,19 @@ class DatabaseMemoryStore:
         return change_log_store.prune_log(self.db)
 
     def rank_snapshot(self, chat_id: int | None, kind: str) -> RankSnapshot | None:
-        return rank_snapshot_store.load(self.db, scope_of(chat_id), kind)
+        # With vectors in use, the vector snapshot is read ahead of the keyword one's loading.
+        ahead = self.embedder is not None and self.vectors_unavailable() is None
+        return self._snapshots.load(scope_of(chat_id), kind, read_ahead=ahead)
 
     def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
         return rank_snapshot_store.marks_of(self.db, scope_of(chat_id), kind)
 
     def save_rank_snapshot(self, chat_id: int | None, kind: str, snapshot: RankSnapshot) -> None:
+        self._snapshots.drop_read_ahead()
         rank_snapshot_store.save(self.db, scope_of(chat_id), kind, snapshot)
 
     def drop_rank_snapshots(self, chat_id: int | None, *, every_chat: bool = False) -> int:
+        self._snapshots.drop_read_ahead()  # it may hold what is dropped (a forgotten memory)
         return rank_snapshot_store.drop(self.db, None if every_chat else scope_of(chat_id))
 
     # -- upkeep ------------------------------------------------------------------------
