@@ -11,7 +11,9 @@ from __future__ import annotations
 from datetime import date
 
 from memory.second_stage import leading_speaker, split_day
-from memory.store import Memory, MemoryStore
+from memory.store import Memories, Memory, MemoryStore
+
+NEIGHBOUR_PREFETCH = 9  # with the item asked: the best ten candidates' neighbours in one read
 
 
 def stored_day(stamp: str) -> date | None:
@@ -28,12 +30,20 @@ def memory_day(memory: Memory) -> date | None:
 
 
 class MemoryCandidates:
-    """The `memory.second_stage.Candidates` of one ranking of a chat's memories."""
+    """The `memory.second_stage.Candidates` of one ranking of a chat's memories.
+
+    `rows`: the candidates' rows, best first (`MemoryStore.by_ids` keeps the order asked).
+    The first item asked for its neighbours has them read together with those of the next
+    best `NEIGHBOUR_PREFETCH` of the chat's own candidates, in one read: the neighbour step
+    asks for the few best (after the other steps re-scored them), so one read usually
+    serves them all, where one read each was a round trip each on PostgreSQL.
+    """
 
     def __init__(self, store: MemoryStore, chat_id: int | None, rows: dict[int, Memory]) -> None:
         self.store = store
         self.chat_id = chat_id
         self.rows = rows
+        self._near: dict[int, Memories] = {}  # read ahead, by the item they surround
 
     def text(self, item: int) -> str:
         memory = self.rows.get(item)
@@ -52,10 +62,24 @@ class MemoryCandidates:
         memory = self.rows.get(item)
         if memory is None or self.chat_id is None or memory.chat_id != self.chat_id:
             return []
+        if item not in self._near:
+            self._read_neighbours(self.chat_id, item)
         day = memory_day(memory)
         found: list[int] = []
-        for near in self.store.adjacent(self.chat_id, item):
+        for near in self._near[item]:
             self.rows.setdefault(near.id, near)
             if memory_day(near) == day:
                 found.append(near.id)
         return found
+
+    def _read_neighbours(self, chat_id: int, item: int) -> None:
+        """The neighbours of `item` and of the best of the chat's own candidates not read yet."""
+        ahead = [
+            memory_id
+            for memory_id, memory in self.rows.items()
+            if memory.chat_id == chat_id and memory_id not in self._near and memory_id != item
+        ][:NEIGHBOUR_PREFETCH]
+        wanted = [item, *ahead]
+        found = self.store.adjacent_many(chat_id, wanted)
+        for memory_id in wanted:
+            self._near[memory_id] = found.get(memory_id, [])

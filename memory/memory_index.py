@@ -159,7 +159,7 @@ class PgMemoryIndex:
     def ready(self, model_name: str, dim: int) -> bool:
         if time.monotonic() < self._ready_until:  # asked every turn; a round trip
             return True
-        with self.pg.connection() as conn:
+        with self.pg.reading() as conn:  # autocommit: one round trip a read
             ready = pg_index.vector_index_ready(conn, model_name, dim, self._pgvector)
         if ready:
             self._ready_until = time.monotonic() + INDEX_READY_TTL_S
@@ -193,13 +193,13 @@ class PgMemoryIndex:
             return pg_index.matching_ids(conn, chat_id, text, limit)
 
     def nearest(self, scopes: Sequence[int], vector: Vector, k: int) -> list[tuple[int, float]]:
-        with self.pg.connection() as conn:
+        with self.pg.reading() as conn:  # autocommit: one round trip a read
             return pg_index.nearest(conn, scopes, vector, k, self._pgvector)
 
     def vector_rows(
         self, chat_id: int | None, model_name: str, dim: int, memory_ids: Sequence[int] | None
     ) -> list[tuple[int, bytes]]:
-        with self.pg.connection() as conn:
+        with self.pg.reading() as conn:  # autocommit: one round trip a read
             if self._vector_tables(conn) == 0:
                 return []
             return pg_index.vector_rows(conn, chat_id, model_name, now_iso(), memory_ids)

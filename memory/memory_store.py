@@ -21,6 +21,7 @@ from core.storage.database import Database
 from memory import change_log_store, note_store, rank_snapshot_store, tombstone_store
 from memory.embeddings import Embedder
 from memory.memory_index import MemoryIndex, memory_index
+from memory.snapshot_reader import SnapshotReader
 from memory.sqlite_index import embedding_text
 from memory.store import (
     MAX_CONTENT_CHARS,
@@ -53,6 +54,7 @@ _COLUMNS = (
     "id, chat_id, content, category, confidence, source, created_at, updated_at,"
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
+_M_COLUMNS = ", ".join("m." + column.strip() for column in _COLUMNS.split(","))
 _ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
 _CHUNK = 500  # ids per statement (SQLite binds each one)
 
@@ -74,6 +76,7 @@ class DatabaseMemoryStore:
         self.embedder = embedder
         self.index = index or memory_index(db)
         self._vectors_checked = False
+        self._snapshots = SnapshotReader(db)
 
     def transaction(self) -> AbstractContextManager[Any]:
         return self.db.transaction()
@@ -306,13 +309,15 @@ class DatabaseMemoryStore:
         return [memory_from_row(row) for row in rows]
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
+        """The memories among `ids`, in the order asked (ranking reads its candidates best
+        first, and `memory.memory_candidates` reads their order from the dict)."""
         wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
         found: dict[int, Memory] = {}
         for start in range(0, len(wanted), _CHUNK):
             among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
             rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
             found.update((int(row[0]), memory_from_row(row)) for row in rows)
-        return found
+        return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
         if chat_id is None and not with_global:
@@ -326,13 +331,27 @@ class DatabaseMemoryStore:
         return int(row[0])
 
     def adjacent(self, chat_id: int, memory_id: int) -> Memories:
+        return self.adjacent_many(chat_id, [memory_id]).get(memory_id, [])
+
+    def adjacent_many(self, chat_id: int, memory_ids: Sequence[int]) -> dict[int, Memories]:
+        """`adjacent` of each of `memory_ids` in one statement (one round trip on
+        PostgreSQL, where five `adjacent` reads were five): id -> its neighbours, oldest
+        first; an id without any is left out."""
+        wanted = list(dict.fromkeys(int(i) for i in memory_ids))[:_CHUNK]
+        if not wanted:
+            return {}
         inside = "FROM memories WHERE chat_id = ? AND archived = 0 AND id"
+        seeds = ", ".join("(CAST(? AS BIGINT))" for _ in wanted)
         rows = self.db.read(
-            f"SELECT {_COLUMNS} FROM memories WHERE id IN"
-            f" ((SELECT max(id) {inside} < ?), (SELECT min(id) {inside} > ?)) ORDER BY id",
-            (chat_id, memory_id, chat_id, memory_id),
+            f"SELECT s.column1, {_M_COLUMNS} FROM (VALUES {seeds}) AS s JOIN memories m"
+            f" ON m.id IN ((SELECT max(id) {inside} < s.column1),"
+            f" (SELECT min(id) {inside} > s.column1)) ORDER BY s.column1, m.id",
+            (*wanted, chat_id, chat_id),
         )
-        return [memory_from_row(row) for row in rows]
+        found: dict[int, Memories] = {}
+        for row in rows:
+            found.setdefault(int(row[0]), []).append(memory_from_row(row[1:]))
+        return found
 
     def newest(self, chat_id: int, limit: int) -> Memories:
         rows = self.db.read(
@@ -435,15 +454,19 @@ class DatabaseMemoryStore:
         return change_log_store.prune_log(self.db)
 
     def rank_snapshot(self, chat_id: int | None, kind: str) -> RankSnapshot | None:
-        return rank_snapshot_store.load(self.db, scope_of(chat_id), kind)
+        # With vectors in use, the vector snapshot is read ahead of the keyword one's loading.
+        ahead = self.embedder is not None and self.vectors_unavailable() is None
+        return self._snapshots.load(scope_of(chat_id), kind, read_ahead=ahead)
 
     def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
         return rank_snapshot_store.marks_of(self.db, scope_of(chat_id), kind)
 
     def save_rank_snapshot(self, chat_id: int | None, kind: str, snapshot: RankSnapshot) -> None:
+        self._snapshots.drop_read_ahead()
         rank_snapshot_store.save(self.db, scope_of(chat_id), kind, snapshot)
 
     def drop_rank_snapshots(self, chat_id: int | None, *, every_chat: bool = False) -> int:
+        self._snapshots.drop_read_ahead()  # it may hold what is dropped (a forgotten memory)
         return rank_snapshot_store.drop(self.db, None if every_chat else scope_of(chat_id))
 
     # -- upkeep ------------------------------------------------------------------------

@@ -328,6 +328,10 @@ class MemoryStore(Protocol):
         `memory_id` (ranking's neighbour step), oldest first."""
         ...
 
+    def adjacent_many(self, chat_id: int, memory_ids: Sequence[int]) -> dict[int, Memories]:
+        """`adjacent` of several memories in one read: id -> its neighbours (none: absent)."""
+        ...
+
     def matching(self, chat_id: int, text: str, limit: int) -> Memories:
         """The chat's own active memories sharing words with `text`, best match first."""
         ...

@@ -11,7 +11,8 @@ A unit of work is `with db.transaction() as conn:`. The connection it holds is r
 in a context variable, so every store called inside it (a turn's messages, its inbox state
 and its reply) writes through the same connection and commits together or not at all;
 nested use joins the outer one. Outside a transaction, `with db.connection() as conn:`
-borrows a connection for one statement or a few reads, committed when it returns.
+borrows a connection for one statement or a few reads, committed when it returns;
+`with db.reading() as conn:` borrows one in autocommit, for reads only (no BEGIN, no COMMIT).
 
 A connection that sat idle for a few seconds is checked before it is lent (a dead one,
 after a server restart or a network cut, is replaced); a statement outside a transaction
@@ -149,6 +150,23 @@ class PgDatabase:
             return
         with _translated(), self.pool.connection() as conn:
             yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Any]:
+        """A connection for a few reads: the open transaction's, or a borrowed one in
+        autocommit, so that each read is one round trip (`connection()` costs a `BEGIN` before
+        the first statement and a `COMMIT` when it returns, two more round trips)."""
+        current = self._current.get()
+        if current is not None:
+            yield current
+            return
+        with _translated(), self.pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                yield conn
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
 
     def in_transaction(self) -> bool:
         return self._current.get() is not None

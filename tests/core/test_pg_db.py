@@ -51,6 +51,28 @@ def test_a_write_outside_a_transaction_commits_at_once(db: PgDatabase) -> None:
         assert other.execute("SELECT label FROM items").fetchall() == [("one",)]
 
 
+def test_reads_outside_a_transaction_open_none(db: PgDatabase) -> None:
+    """`reading()` lends a connection in autocommit: a read leaves no transaction open (no
+    BEGIN before it, no COMMIT after it: one round trip instead of three); inside a
+    transaction it is the transaction's own connection, which sees its writes."""
+    db.write("INSERT INTO items VALUES (1, 'one')")
+    with db.reading() as conn:
+        assert conn.execute("SELECT label FROM items").fetchall() == [("one",)]
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    with db.connection() as conn:  # the other way: a transaction is open after a read
+        conn.execute("SELECT 1")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    with db.transaction() as outer:
+        db.write("INSERT INTO items VALUES (2, 'two')")
+        with db.reading() as conn:
+            assert conn is outer
+            assert conn.execute("SELECT count(*) FROM items").fetchone() == (2,)
+    with db.reading() as conn:
+        conn.execute("SELECT 1")
+    with db.connection() as conn:
+        assert not conn.autocommit  # handed back as it was lent
+
+
 def test_connections_killed_by_the_server_are_replaced(db: PgDatabase) -> None:
     db.write("INSERT INTO items VALUES (1, 'one')")
     with psycopg.connect(db.url, autocommit=True) as admin:

@@ -210,3 +210,33 @@ def test_a_loaded_base_merges_and_renumbers_from_term_numbers(
         terms = query_terms(query)
         assert same(merged.score(terms, 10), fresh.score(terms, 10))
     assert len(merged.vocabulary) == 7 < before  # word35..39, share, novel
+
+
+def test_postgresql_reads_the_vector_snapshot_ahead_of_the_keyword_lists(engine: Engine) -> None:
+    """A chat's first query on PostgreSQL: reading its keyword snapshot starts reading its
+    vector snapshot on another connection, which the vector load then takes (SQLite reads
+    each when asked). What is read ahead equals a plain read; saving or dropping snapshots
+    drops a read-ahead, so a forgotten memory's vector never comes back through one."""
+    store, chat, ids = _filled(engine)
+    checkpoint(store, chat, 0)
+    plain = {kind: store.rank_snapshot(chat, kind) for kind in (VECTORS, KEYWORDS)}
+    storage, again = _reopened(engine)
+    try:
+        reader = again._snapshots  # type: ignore[attr-defined]
+        keywords = again.rank_snapshot(chat, KEYWORDS)
+        vectors = again.rank_snapshot(chat, VECTORS)
+        assert (keywords, vectors) == (plain[KEYWORDS], plain[VECTORS])
+        assert reader.served_ahead == (1 if engine.name == "postgresql" else 0)
+        assert _ranked(again, chat, "violin Lisbon")[0] == ids[0]  # its first query
+        served = reader.served_ahead
+        assert served == (2 if engine.name == "postgresql" else 0)
+        again.rank_snapshot(chat, KEYWORDS)
+        again.forget(ids[0], forgotten_by="user")  # drops the snapshots and the read-ahead
+        assert again.rank_snapshot(chat, VECTORS) is None
+        assert reader.served_ahead == served
+    finally:
+        storage.close()
+    bm25_only = memory_store(engine.storage)  # no embedder: nothing read ahead
+    bm25_only.rank_snapshot(chat, KEYWORDS)
+    bm25_only.rank_snapshot(chat, VECTORS)
+    assert bm25_only._snapshots.served_ahead == 0  # type: ignore[attr-defined]

@@ -25,6 +25,7 @@ from memory.second_stage import (
     speaker_boost,
     split_day,
 )
+from memory.store import Memory, MemoryStore
 from memory.temporal import date_prefix
 from tests.memory.conftest import Engine
 from tests.memory.test_recall import bare_recaller, said
@@ -109,6 +110,59 @@ def test_neighbours_are_the_chats_memories_stored_next_to_a_hit_on_its_day(engin
     assert candidates.neighbours(later) == []
     assert [m.id for m in store.adjacent(chat, hit)] == [first, later]
     assert candidates.speaker(hit) == "Ben" and candidates.text(hit).startswith("Ben:")
+
+
+class CountingStore:
+    """The real store, counting the neighbour reads the second stage makes through it."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.reads: list[list[int]] = []
+
+    def adjacent(self, chat_id: int, memory_id: int) -> list[Memory]:
+        self.reads.append([memory_id])
+        return self.store.adjacent(chat_id, memory_id)
+
+    def adjacent_many(self, chat_id: int, memory_ids: Sequence[int]) -> dict[int, list[Memory]]:
+        self.reads.append(list(memory_ids))
+        return self.store.adjacent_many(chat_id, memory_ids)
+
+
+def test_the_best_candidates_neighbours_come_in_one_read(engine: Engine) -> None:
+    """Asked for the five best items' neighbours, `MemoryCandidates` reads once (one round
+    trip on PostgreSQL, five before); each answer is `adjacent`'s, kept to the item's day."""
+    chat, other = engine.chat("a"), engine.chat("b")
+    store = engine.store()
+    ids, others = [], []
+    for number in range(14):
+        day = MAY_8 if number < 7 else date(2023, 5, 9)
+        ids.append(store.add(chat, date_prefix(f"Ann: line {number}", day), "EVENT", source="t"))
+        others.append(store.add(other, f"Eve: elsewhere {number}", "EVENT", source="t"))
+    store.archive(ids[4])  # an archived memory is nobody's neighbour
+    best = [ids[9], ids[2], ids[13], ids[0], ids[5], ids[6], ids[11]]
+    rows = store.by_ids(best)
+    assert list(rows) == best  # in the order asked
+    counting = CountingStore(store)
+    candidates = MemoryCandidates(counting, chat, rows)  # type: ignore[arg-type]
+    found = {item: candidates.neighbours(item) for item in best[:5]}
+    assert len(counting.reads) == 1 and counting.reads[0][:5] == best[:5]
+    assert found == {
+        ids[9]: [ids[8], ids[10]],
+        ids[2]: [ids[1], ids[3]],
+        ids[13]: [ids[12]],  # the newest: nothing after it
+        ids[0]: [ids[1]],  # the oldest
+        ids[5]: [ids[3], ids[6]],  # ids[4] is archived
+    }
+    assert found[ids[9]] == [m.id for m in store.adjacent(chat, ids[9])]
+    assert candidates.neighbours(ids[6]) == [ids[5]]  # read ahead too; ids[7] is on May 9
+    assert len(counting.reads) == 1
+    assert candidates.neighbours(ids[8]) == [ids[7], ids[9]]  # not read ahead: a second read
+    assert len(counting.reads) == 2
+    assert store.adjacent_many(chat, []) == {}
+    around = store.adjacent_many(other, [ids[3]])  # the other chat's memories around it
+    assert {item: [m.id for m in near] for item, near in around.items()} == {
+        ids[3]: [others[2], others[3]]
+    }
 
 
 def test_rank_memories_runs_the_second_stage(engine: Engine) -> None:

@@ -1,0 +1,87 @@
+"""How the memory store reads saved ranking snapshots (`memory.rank_snapshots`): on
+PostgreSQL, asking for a chat's keyword snapshot starts reading its vector snapshot on another
+pooled connection, so that the two transfers overlap (at 100,000 memories 16 and 74 MB, each
+mostly the server detoasting the blob and this process receiving it) and the vectors are on
+their way while the keyword lists load, instead of after them.
+
+A chat's first hybrid query loads its keyword lists, then its vectors (`memory.chat_cache`),
+so the vector snapshot read ahead is taken by the next read of the store. A read-ahead that
+the next read does not ask for is dropped, and so is any when the store saves or drops
+snapshots (a forgotten memory's), so at most one blob waits in memory, and until the next
+read at most. A snapshot read ahead is as good as one read later: it carries the change-log
+marks it is current to, and the changes since are applied on top either way. Not inside a
+transaction (the other connection would not see its writes), and not on SQLite (one
+connection, and a local file read).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+
+from core.storage.database import Database
+from memory import rank_snapshot_store
+from memory.store import RankSnapshot
+
+logger = logging.getLogger(__name__)
+
+# The kind read ahead when a kind is read: `memory.keyword_cache.KEYWORDS` ->
+# `memory.vector_cache.VECTORS` (their names, not imported: the store stays free of numpy).
+READ_AHEAD = {"keywords": "vectors"}
+
+Key = tuple[int, str]  # chat scope, snapshot kind
+
+
+class SnapshotReader:
+    """Reads one store's snapshots, reading the vector snapshot ahead on PostgreSQL."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = threading.Lock()
+        self._ahead: tuple[Key, Future[RankSnapshot | None]] | None = None
+        self.served_ahead = 0  # reads answered by a read-ahead (tests, benchmarks)
+
+    def load(self, scope: int, kind: str, *, read_ahead: bool) -> RankSnapshot | None:
+        """The saved snapshot of `kind` for `scope`; `read_ahead`: the caller will likely
+        ask for the kind `READ_AHEAD` names next, so start reading it now."""
+        future = self._take((scope, kind))
+        if future is not None:
+            try:
+                found = future.result()
+            except Exception as exc:  # the read-ahead's own connection failed: read again
+                logger.warning("reading the %s snapshot ahead failed (%s); reading it now", kind,
+                               exc)  # fmt: skip
+            else:
+                self.served_ahead += 1
+                return found
+        following = READ_AHEAD.get(kind)
+        if read_ahead and following and self.db.dialect.remote and not self.db.in_transaction():
+            self._start((scope, following))
+        return rank_snapshot_store.load(self.db, scope, kind)
+
+    def drop_read_ahead(self) -> None:
+        """Forget a read-ahead (the store is saving or dropping snapshots)."""
+        with self._lock:
+            self._ahead = None
+
+    def _take(self, key: Key) -> Future[RankSnapshot | None] | None:
+        """The read-ahead of `key`, if one is under way or done; any other one is dropped."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead[0] != key:
+            return None
+        return ahead[1]
+
+    def _start(self, key: Key) -> None:
+        future: Future[RankSnapshot | None] = Future()
+        with self._lock:
+            self._ahead = (key, future)
+
+        def read() -> None:
+            try:
+                future.set_result(rank_snapshot_store.load(self.db, *key))
+            except BaseException as exc:  # handed to the reader that takes it
+                future.set_exception(exc)
+
+        threading.Thread(target=read, name="mnemo-snapshot-read-ahead", daemon=True).start()
