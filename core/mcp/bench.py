@@ -173,6 +173,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening(port: int) -> bool:
+    """Whether a server listens on 127.0.0.1:`port`. A connection whose kernel-chosen source
+    port is `port` itself connects to itself (TCP simultaneous open) with no server there:
+    that one does not count."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), 1) as sock:
+            return not self_connected(sock)
+    except OSError:
+        return False
+
+
+def self_connected(sock: socket.socket) -> bool:
+    return bool(sock.getsockname() == sock.getpeername())
+
+
 @contextlib.contextmanager
 def http_server(
     port: int, *flags: str, env: dict[str, str] | None = None
@@ -188,9 +203,7 @@ def http_server(
     )
     try:
         deadline = time.monotonic() + START_S
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
+        while not listening(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise click.ClickException("the HTTP test server did not start")
             time.sleep(0.05)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from core.config import McpServerConfig
 from core.errors import ToolError
-from core.mcp.bench import free_port, http_server
+from core.mcp.bench import free_port, http_server, listening, self_connected
 from core.mcp.connection import McpServer, McpTool
 from core.mcp.http_client import keep_alive_client
 from tests.core.test_mcp import START_S, until_up
@@ -45,6 +46,19 @@ async def connected(config: McpServerConfig) -> AsyncIterator[McpServer]:
 
 def tool(server: McpServer, name: str) -> McpTool:
     return next(t for t in server.tools if t.remote_name == name)
+
+
+def test_a_connection_to_itself_is_not_a_listening_server() -> None:
+    """Waiting for a server, a connect whose source port the kernel picked equal to the
+    server's connects to itself before the server is up (a flaky ConnectError next)."""
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.connect(("127.0.0.1", port))  # TCP simultaneous open with itself
+        assert self_connected(sock)
+    assert not listening(port)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        assert listening(server.getsockname()[1])
 
 
 @pytest.mark.parametrize("flags", [(), ("json",)], ids=["sse", "json"])
