@@ -194,13 +194,13 @@ class DatabaseMemoryStore:
         made = self.embedder.embed(
             [embedding_text(clean_content(items[n].content), contexts[n]) for n in missing]
         ) if missing else []  # fmt: skip
-        vectors = [item.embedding for item in items]
+        vectors: list[Vector | None] = [item.embedding for item in items]
         for n, vector in zip(missing, made, strict=True):
             vectors[n] = vector
-        for vector in vectors:
-            if vector is not None and len(vector) != self.embedder.dim:
+        for checked in vectors:
+            if checked is not None and len(checked) != self.embedder.dim:
                 raise InputError(
-                    f"embedding has {len(vector)} dims; the index holds {self.embedder.dim}"
+                    f"embedding has {len(checked)} dims; the index holds {self.embedder.dim}"
                 )
         return vectors
 
