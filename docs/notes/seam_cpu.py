@@ -142,7 +142,7 @@ def _open(url: str) -> Any:
 
 
 def worker_fill(args: argparse.Namespace) -> dict[str, Any]:
-    from memory.bench.cli import _bench_chats, _fill
+    from memory.bench.cli import _bench_chats, _fill, synthetic_memory
     from memory.embeddings import load_embedder
     from memory.stores import memory_store
 
@@ -150,12 +150,20 @@ def worker_fill(args: argparse.Namespace) -> dict[str, Any]:
     embedder = CachedDocuments(load_embedder("", "int8"), Path(args.vectors))
     chats = _bench_chats(storage)
     memories = memory_store(storage, embedder)
-    began = time.perf_counter()
+    embedder.embed([synthetic_memory(random.Random(7))])  # the cache is read before timing
+    server = server_cpu_s(args.postmaster) if args.postmaster else 0.0
+    began, cpu = time.perf_counter(), time.process_time()
     _fill(memories, embedder, chats, args.n, random.Random(7))
-    seconds = time.perf_counter() - began
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    server = server_cpu_s(args.postmaster) - server if args.postmaster else 0.0
     embedder.save()
     storage.close()
-    return {"ingest_s": round(seconds, 1)}
+    return {
+        "ingest_s": round(seconds, 1),
+        "per_s": round(args.n / seconds),
+        "client_cpu_s": round(cpu, 1),
+        "server_cpu_s": round(server, 1),
+    }
 
 
 class Meter:
@@ -324,8 +332,10 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
         urls = {name: server.create_database(f"t_{name}") for name in trees}
         fills = {}
         for name, tree in trees.items():
-            fills[name] = _run_worker(tree, "fill", "--url", urls[name], "--n", str(args.n),
-                                      "--vectors", args.vectors)  # fmt: skip
+            fills[name] = _run_worker(
+                tree, "fill", "--url", urls[name], "--n", str(args.n),
+                "--vectors", args.vectors, "--postmaster", postmaster,
+            )  # fmt: skip
             print(f"filled {name}: {fills[name]}", file=sys.stderr, flush=True)
         _vacuum_analyze(list(urls.values()))
 
@@ -403,6 +413,7 @@ def main() -> None:
     fill.add_argument("--url", required=True)
     fill.add_argument("--n", type=int, required=True)
     fill.add_argument("--vectors", required=True)
+    fill.add_argument("--postmaster", type=int, default=0)
     measure = sub.add_parser("measure")
     worker = sub.add_parser("scale-worker")
     for part in (measure, worker):
