@@ -17,9 +17,10 @@ code in a subprocess with `PYTHONPATH=<tree>` and the shared venv):
     PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py scale \\
         --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --rounds 3
 
-Rounds alternate the order (old, new / new, old). The summary gives, per figure, each
-tree's median over rounds of the per-query median CPU, and the median and spread (min-max)
-over rounds of the per-round ratio new / old. A notes script, not product code.
+Two or more trees; each round runs them in a rotated order. The summary gives, per figure,
+each tree's median over rounds of the per-query median CPU and, for each tree after the
+first, the median and spread (min-max) over rounds of its per-round ratio to the first.
+A notes script, not product code.
 """
 
 from __future__ import annotations
@@ -283,8 +284,9 @@ def _load() -> str:
 def _rounds(trees: dict[str, Path], rounds: int, run: Any) -> dict[str, list[Any]]:
     results: dict[str, list[Any]] = {name: [] for name in trees}
     names = list(trees)
-    for number in range(rounds):
-        order = names if number % 2 == 0 else names[::-1]
+    for number in range(rounds):  # each round in another order: the first tree not always first
+        shift = number % len(names)
+        order = names[shift:] + names[:shift]
         for name in order:
             load = _load()
             began = time.perf_counter()
@@ -295,26 +297,26 @@ def _rounds(trees: dict[str, Path], rounds: int, run: Any) -> dict[str, list[Any
 
 
 def _compare(results: dict[str, list[dict[str, Any]]], keys: list[str]) -> dict[str, Any]:
-    """Per figure and key: each tree's per-round values, their median, the ratio's median and
-    spread (new / old, round by round)."""
-    old, new = list(results)
+    """Per figure and key: each tree's per-round values and their median; for each tree after
+    the first, the median and spread (min-max) of its ratio to the first, round by round."""
+    base, *others = list(results)
     table: dict[str, Any] = {}
-    for figure in results[old][0]:
+    for figure in results[base][0]:
         for key in keys:
-            if key not in results[old][0][figure]:
+            if key not in results[base][0][figure]:
                 continue
-            a = [r[figure][key] for r in results[old]]
-            b = [r[figure][key] for r in results[new]]
-            ratios = [y / x for x, y in zip(a, b, strict=True) if x]
-            table[f"{figure} | {key}"] = {
-                old: [round(v, 3) for v in a],
-                new: [round(v, 3) for v in b],
-                "median_" + old: round(statistics.median(a), 3),
-                "median_" + new: round(statistics.median(b), 3),
-                "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
-                "ratio_min": round(min(ratios), 3) if ratios else None,
-                "ratio_max": round(max(ratios), 3) if ratios else None,
-            }
+            values = {name: [r[figure][key] for r in results[name]] for name in results}
+            row: dict[str, Any] = {name: [round(v, 3) for v in vs] for name, vs in values.items()}
+            row.update({"median_" + name: round(statistics.median(vs), 3)
+                        for name, vs in values.items()})  # fmt: skip
+            for name in others:
+                ratios = [y / x for x, y in zip(values[base], values[name], strict=True) if x]
+                if ratios:
+                    row[f"ratio_{name}"] = [
+                        round(statistics.median(ratios), 3), round(min(ratios), 3),
+                        round(max(ratios), 3),
+                    ]  # fmt: skip
+            table[f"{figure} | {key}"] = row
     return table
 
 
@@ -392,6 +394,22 @@ def drive_scale(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, A
     return {"compare": _compare(results, keys), "raw": results}
 
 
+def table(path: Path, keys: list[str]) -> str:
+    """A Markdown table of a driver's JSON: per figure and key, each tree's median and each
+    later tree's ratio to the first (median, min-max over rounds)."""
+    compare = _compare(json.loads(path.read_text())["raw"], keys)
+    names = list(json.loads(path.read_text())["raw"])
+    head = ["figure", *(f"{n} (median)" for n in names), *(f"{n} / {names[0]}" for n in names[1:])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, row in compare.items():
+        cells = [label.replace(" | ", ", "), *(f"{row['median_' + n]:.2f}" for n in names)]
+        for name in names[1:]:
+            mid, low, high = row.get(f"ratio_{name}", [0, 0, 0])
+            cells.append(f"**{mid:.2f}** ({low:.2f}–{high:.2f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -427,7 +445,13 @@ def main() -> None:
     worker.add_argument("--chats", type=int, default=50)
     worker.add_argument("--messages", type=int, default=6)
     worker.add_argument("--delay", type=float, default=0.2)
+    report = sub.add_parser("table")
+    report.add_argument("path", type=Path)
+    report.add_argument("--key", action="append", default=[])
     args = parser.parse_args(sys.argv[1:2] + sys.argv[2:])
+    if args.command == "table":
+        print(table(args.path, args.key or ["cpu_ms_p50"]))
+        return
     workers = {"fill": worker_fill, "measure": worker_measure, "scale-worker": worker_scale}
     if args.command in workers:
         print(json.dumps(workers[args.command](args)))
