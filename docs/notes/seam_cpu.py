@@ -227,6 +227,8 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
             asked = query_of(rng)
             meter.run(mode, lambda asked=asked, mode=mode: _rank_once(
                 memories, chat_id, mode, asked))  # fmt: skip
+    if args.first_stage:
+        _first_stage_figures(meter, memories, chat_id, rng, args)
     for _ in range(args.queries // 2):
         memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
         asked = query_of(rng)
@@ -241,6 +243,34 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
         meter.run("(query embedding alone)", lambda asked=asked: embedder.embed_query(asked))
     storage.close()
     return meter.summary()
+
+
+def _first_stage_figures(
+    meter: Meter, memories: Any, chat_id: int, rng: random.Random, args: argparse.Namespace
+) -> None:
+    """Each mode without the second stage (`memory.second_stage`, later than the seam): the
+    work a tree from before it does, so the seam's own cost shows on a newer tree."""
+    from memory.bench.cli import synthetic_query as query_of
+    from memory.retrieval import rank_memories
+
+    extra: dict[str, Any] = {}
+    try:
+        from memory.second_stage import Stage
+
+        extra["stage"] = Stage(frozenset())
+    except ImportError:  # an older tree: its ranking is the first stage only
+        pass
+    for mode in MODES:
+        for number in range(args.warm + args.queries):
+            asked = query_of(rng)
+
+            def rank(asked: str = asked, mode: str = mode) -> Any:
+                return rank_memories(memories, chat_id, asked, 10, mode=mode, **extra)
+
+            if number < args.warm:
+                rank()
+            else:
+                meter.run(f"{mode}, first stage only", rank)
 
 
 def worker_scale(args: argparse.Namespace) -> dict[str, Any]:
@@ -346,6 +376,7 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
                 tree, "measure", "--url", urls[name], "--postmaster", postmaster,
                 "--database", f"t_{name}", "--queries", str(args.queries),
                 "--warm", str(args.warm), "--seed", str(args.seed),
+                *(["--first-stage"] if args.first_stage else []),
             )  # fmt: skip
 
         results = _rounds(trees, args.rounds, run)
@@ -423,6 +454,7 @@ def main() -> None:
     memory.add_argument("--warm", type=int, default=10)
     memory.add_argument("--seed", type=int, default=11)
     memory.add_argument("--vectors", default="/tmp/seam_cpu_vectors.npz")
+    memory.add_argument("--first-stage", action="store_true", help="also without stage two")
     for driver in (scale,):
         driver.add_argument("--chats", type=int, default=50)
         driver.add_argument("--messages", type=int, default=6)
@@ -441,6 +473,7 @@ def main() -> None:
     measure.add_argument("--queries", type=int, default=100)
     measure.add_argument("--warm", type=int, default=10)
     measure.add_argument("--seed", type=int, default=11)
+    measure.add_argument("--first-stage", action="store_true")
     worker.add_argument("--processes", type=int, default=1)
     worker.add_argument("--chats", type=int, default=50)
     worker.add_argument("--messages", type=int, default=6)
