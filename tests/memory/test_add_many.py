@@ -99,3 +99,19 @@ def test_an_empty_batch_and_a_store_without_vectors(engine: Engine) -> None:
     assert memory is not None and memory.embedding_model is None
     assert engine.vector_ids() == set()
     assert [r.memory.id for r in rank_memories(store, a, "plain fact", 3, mode="bm25")] == ids
+
+
+def test_the_memory_bench_fills_through_add_many(engine: Engine) -> None:
+    """`mnemo bench memory` stores its synthetic memories as an import would, in batches."""
+    import random
+
+    from memory.bench import cli as bench
+
+    embedder = CountingEmbedder()
+    store = engine.store(embedder)
+    a, b = engine.chat("a"), engine.chat("b")
+    embedder.calls = 0
+    bench._fill(store, embedder, (a, b), 25, random.Random(7))
+    assert embedder.calls == 1  # the bench embeds each batch once; the store embeds nothing
+    assert (len(store.list(a, include_global=False)), len(store.list(b))) == (23, 2)
+    assert len(engine.vector_ids()) == 25
