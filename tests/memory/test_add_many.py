@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import pytest
 
@@ -84,8 +85,7 @@ def test_one_bad_item_stores_nothing(engine: Engine, bad: NewMemory) -> None:
     a = engine.chat("a")
     good = [NewMemory(a, f"fact {n}", "EVENT", "bench") for n in range(3)]
     with pytest.raises(InputError):
-        store.add_many([*good, NewMemory(a, bad.content, bad.category, bad.source,
-                                         confidence=bad.confidence, embedding=bad.embedding)])  # fmt: skip
+        store.add_many([*good, replace(bad, chat_id=a)])
     assert engine.rows("SELECT count(*) FROM memories")[0][0] == 0
     assert engine.vector_ids() == set()
 
