@@ -36,8 +36,12 @@ class MemoryIndex(Protocol):
 
     def ready(self, model_name: str, dim: int) -> bool: ...
 
-    def write_vectors(self, rows: Sequence[VectorRow], model_name: str) -> None:
-        """Store the vectors and mark the memories embedded with `model_name`."""
+    def write_vectors(
+        self, rows: Sequence[VectorRow], model_name: str, *, new_rows: bool = False
+    ) -> None:
+        """Store the vectors and mark the memories embedded with `model_name`. `new_rows`:
+        memories inserted in this transaction with `embedding_model` already set (no vector
+        to replace, nothing to mark)."""
         ...
 
     def keep_keywords(self, memory_id: int, chat_id: int | None, text: str, context: str) -> None:
@@ -95,11 +99,14 @@ class SqliteMemoryIndex:
     def ready(self, model_name: str, dim: int) -> bool:
         return sqlite_index.vector_index_ready(self.conn, model_name, dim)
 
-    def write_vectors(self, rows: Sequence[VectorRow], model_name: str) -> None:
+    def write_vectors(
+        self, rows: Sequence[VectorRow], model_name: str, *, new_rows: bool = False
+    ) -> None:
         with self.db.transaction():
             for memory_id, chat_id, vector in rows:
                 sqlite_index.store_vector(self.conn, memory_id, chat_id, vector)
-                sqlite_index.set_embedding_model(self.conn, memory_id, model_name)
+                if not new_rows:
+                    sqlite_index.set_embedding_model(self.conn, memory_id, model_name)
 
     def keep_keywords(self, memory_id: int, chat_id: int | None, text: str, context: str) -> None:
         sqlite_index.index_keywords(self.conn, memory_id, chat_id, text, context)
@@ -165,9 +172,14 @@ class PgMemoryIndex:
             self._ready_until = time.monotonic() + INDEX_READY_TTL_S
         return ready
 
-    def write_vectors(self, rows: Sequence[VectorRow], model_name: str) -> None:
+    def write_vectors(
+        self, rows: Sequence[VectorRow], model_name: str, *, new_rows: bool = False
+    ) -> None:
         with self.pg.transaction() as conn:
-            pg_index.store_vectors(conn, list(rows), model_name, self._pgvector)
+            if new_rows:
+                pg_index.copy_new_vectors(conn, list(rows), self._pgvector)
+            else:
+                pg_index.store_vectors(conn, list(rows), model_name, self._pgvector)
 
     def keep_keywords(self, memory_id: int, chat_id: int | None, text: str, context: str) -> None:
         return None  # the GIN expression index of migration m0002 follows the row

@@ -33,6 +33,7 @@ from memory.store import (
     Memories,
     Memory,
     MemoryFields,
+    NewMemory,
     NoteChange,
     RankingRows,
     RankSnapshot,
@@ -149,28 +150,59 @@ class DatabaseMemoryStore:
             raise TypeError(f"add() got unexpected keyword arguments {sorted(unknown)}")
         if "source" not in fields:
             raise TypeError("add() missing required keyword argument: 'source'")
-        source = fields["source"]
-        confidence = fields.get("confidence", 0.7)
-        expires_at, embedding = fields.get("expires_at"), fields.get("embedding")
-        context = fields.get("context", "")
-        sender_id, sender_name = fields.get("sender_id", ""), fields.get("sender_name", "")
-        text = clean_content(content)
-        values = (clean_category(category), check_confidence(confidence), clean_expiry(expires_at))
-        around = " ".join(str(context).split())[:MAX_CONTENT_CHARS]
-        vector = self._embedding_for(text, embedding, around)
+        return self.add_many([NewMemory(chat_id, content, category, **fields)])[0]
+
+    def add_many(self, items: Sequence[NewMemory]) -> Ids:
+        """Store memories in one transaction; their ids, in order. Every input is checked
+        before anything is written; those without a vector are embedded in one call. The
+        rows are one batch (`Database.write_returning`: one round trip on PostgreSQL) with
+        their `embedding_model` set, and their vectors one write of new rows (PostgreSQL:
+        `COPY`, no upsert, no second pass over `memories`)."""
+        rows = [_insert_values(item) for item in items]
+        vectors = self._embeddings_of(items, [row[6] for row in rows])
+        model = self._vector_model() if any(v is not None for v in vectors) else None
+        if not rows:
+            return []
         with self.db.transaction():
-            row = self.db.read_one(
+            found = self.db.write_returning(
                 "INSERT INTO memories (chat_id, content, category, confidence, source,"
-                " expires_at, context, sender_id, sender_name)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (chat_id, text, *values[:2], source, values[2], around, sender_id, sender_name),
-            )
-            assert row is not None
-            memory_id = int(row[0])
-            self.index.keep_keywords(memory_id, chat_id, text, around)
-            if vector is not None:
-                self._write_vectors([(memory_id, chat_id, vector)])
-        return memory_id
+                " expires_at, context, sender_id, sender_name, embedding_model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                [(*row, model if vector is not None else None)
+                 for row, vector in zip(rows, vectors, strict=True)],
+            )  # fmt: skip
+            ids = [int(row[0]) for row in found]
+            for memory_id, row in zip(ids, rows, strict=True):
+                self.index.keep_keywords(memory_id, row[0], row[1], row[6])
+            fresh = [
+                (i, row[0], v)
+                for i, row, v in zip(ids, rows, vectors, strict=True)
+                if v is not None
+            ]
+            if fresh and model is not None:
+                self.index.write_vectors(fresh, model, new_rows=True)
+        return ids
+
+    def _embeddings_of(
+        self, items: Sequence[NewMemory], contexts: list[str]
+    ) -> list[Vector | None]:
+        """Each item's vector: its own (checked), else embedded (all in one call), else None
+        when this store keeps no vectors."""
+        if self._vector_model() is None or self.embedder is None:
+            return [None] * len(items)
+        missing = [n for n, item in enumerate(items) if item.embedding is None]
+        made = self.embedder.embed(
+            [embedding_text(clean_content(items[n].content), contexts[n]) for n in missing]
+        ) if missing else []  # fmt: skip
+        vectors: list[Vector | None] = [item.embedding for item in items]
+        for n, vector in zip(missing, made, strict=True):
+            vectors[n] = vector
+        for checked in vectors:
+            if checked is not None and len(checked) != self.embedder.dim:
+                raise InputError(
+                    f"embedding has {len(checked)} dims; the index holds {self.embedder.dim}"
+                )
+        return vectors
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None:
         """Replace a memory's content (and re-index it)."""
@@ -539,3 +571,14 @@ class DatabaseMemoryStore:
 
 def _texts(rows: Sequence[Any]) -> RankingRows:
     return [(int(row[0]), str(row[1]), str(row[2] or "")) for row in rows]
+
+
+def _insert_values(item: NewMemory) -> tuple[Any, ...]:
+    """A new memory's checked column values: chat, content, category, confidence, source,
+    expiry, context, sender id, sender name."""
+    around = " ".join(str(item.context).split())[:MAX_CONTENT_CHARS]
+    return (
+        item.chat_id, clean_content(item.content), clean_category(item.category),
+        check_confidence(item.confidence), item.source, clean_expiry(item.expires_at),
+        around, item.sender_id, item.sender_name,
+    )  # fmt: skip

@@ -163,6 +163,24 @@ def store_vectors(
         )
 
 
+def copy_new_vectors(
+    conn: Any, rows: Sequence[tuple[int, int | None, Sequence[float]]], vector_loaded: bool
+) -> None:
+    """Write the vectors of memories inserted in this transaction (`embedding_model` already
+    set, no vector to replace): one `COPY` per table, the server's fastest way in (an
+    import of 10,000 memories spent most of its server time in per-row upserts)."""
+    if not rows:
+        return
+    with conn.cursor() as cursor:
+        with cursor.copy(f"COPY {FLOAT_TABLE} (memory_id, embedding) FROM STDIN") as copy:
+            for memory_id, _, vector in rows:
+                copy.write_row((memory_id, pack_vector(vector)))
+        if vector_loaded:
+            with cursor.copy(f"COPY {VEC_TABLE} (memory_id, chat, embedding) FROM STDIN") as copy:
+                for memory_id, chat_id, vector in rows:
+                    copy.write_row((memory_id, scope_of(chat_id), vector_literal(vector)))
+
+
 def drop_vector(conn: Any, memory_id: int, *, with_knn_table: bool) -> None:
     conn.execute(f"DELETE FROM {FLOAT_TABLE} WHERE memory_id = %s", (memory_id,))
     if with_knn_table:

@@ -50,6 +50,22 @@ class MemoryFields(TypedDict, total=False):
     sender_name: str
 
 
+@dataclass(frozen=True)
+class NewMemory:
+    """One memory of a batch for `MemoryStore.add_many` (the arguments of `add`)."""
+
+    chat_id: int | None
+    content: str
+    category: str
+    source: str
+    confidence: float = 0.7
+    expires_at: str | None = None
+    embedding: Vector | None = None
+    context: str = ""
+    sender_id: str = ""
+    sender_name: str = ""
+
+
 class DuplicateTest(TypedDict, total=False):
     """How `MemoryStore.find_near_duplicate` compares: by cosine distance of the vectors
     (`embedding`: the new text's, made when not given) or by Jaccard of the words."""
@@ -262,6 +278,12 @@ class MemoryStore(Protocol):
         self, chat_id: int | None, content: str, category: str, **fields: Unpack[MemoryFields]
     ) -> int:
         """Store a memory; its id (`MemoryFields`: its source and what else it may have)."""
+        ...
+
+    def add_many(self, items: Sequence[NewMemory]) -> Ids:
+        """Store many memories in one transaction (an import, a bench's fill); their ids in
+        order. Their rows go in one batch and their vectors in one write (PostgreSQL: a few
+        round trips for the whole batch instead of several per memory)."""
         ...
 
     def update(self, memory_id: int, content: str, embedding: Vector | None = None) -> None: ...

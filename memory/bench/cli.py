@@ -397,14 +397,21 @@ def _fill(
     count: int,
     rng: random.Random,
 ) -> None:
-    """`count` synthetic memories, one in ten in the neighbour chat (`chats[1]`)."""
+    """`count` synthetic memories, one in ten in the neighbour chat (`chats[1]`), stored
+    `FILL_BATCH` at a time as an import would (`MemoryStore.add_many`)."""
+    from memory.store import NewMemory
+
     texts = [synthetic_memory(rng) for _ in range(count)]
     for start in range(0, count, FILL_BATCH):
         batch = texts[start : start + FILL_BATCH]
         vectors = embedder.embed(batch) if embedder is not None else [None] * len(batch)
-        for number, (text, vector) in enumerate(zip(batch, vectors, strict=True), start):
-            owner = chats[1] if number % 10 == 9 else chats[0]
-            memories.add(owner, text, "EVENT", source="bench", embedding=vector)
+        memories.add_many(
+            [
+                NewMemory(chats[1] if number % 10 == 9 else chats[0], text, "EVENT", "bench",
+                          embedding=vector)
+                for number, (text, vector) in enumerate(zip(batch, vectors, strict=True), start)
+            ]
+        )  # fmt: skip
     if hasattr(embedder, "save"):
         embedder.save()  # the documents' vectors, for the next run
 

@@ -73,6 +73,20 @@ def test_reads_outside_a_transaction_open_none(db: PgDatabase) -> None:
         assert not conn.autocommit  # handed back as it was lent
 
 
+def test_a_statement_hands_its_connection_back_before_it_returns(db: PgDatabase) -> None:
+    """One thread's statements never wait for a connection: each is back in the pool when
+    the statement returns (a pool `reset` callback would hand each returned connection to
+    a worker thread, so the next statement found none and queued, or grew the pool)."""
+    db.write("INSERT INTO items VALUES (1, 'one')")
+    for _ in range(200):
+        assert labels(db) == ["one"]
+        with db.reading() as conn:
+            conn.execute("SELECT 1")
+    stats = db.pool.get_stats()
+    assert stats.get("requests_queued", 0) == 0
+    assert stats["pool_size"] == 1  # one connection served them all
+
+
 def test_connections_killed_by_the_server_are_replaced(db: PgDatabase) -> None:
     db.write("INSERT INTO items VALUES (1, 'one')")
     with psycopg.connect(db.url, autocommit=True) as admin:

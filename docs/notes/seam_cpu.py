@@ -1,0 +1,500 @@
+"""CPU per query and per turn of two Mnemo trees, side by side on one PostgreSQL server.
+
+Issue 27's figure ("`mnemo bench scale` and `mnemo bench memory --n 10000 --test-postgres`:
+no figure worse by more than 10% than before the change, in one run side by side with the
+old commit") measured in CPU time, not wall time, so that a loaded 2-core VM does not
+drown it: for each query, this process's CPU (`time.process_time`, every thread) plus the
+CPU of the PostgreSQL backends serving this database (`/proc/<pid>/schedstat`, on-CPU ns,
+read before and after, outside the client's window); for a fleet run (`bench scale`'s
+work), the bot processes' CPU (the fleet's own meter) plus the whole server's (its
+postmaster's own and reaped children's ticks, and the live backends').
+
+Usage (the driver needs a tree with `core.bench.fakes.postgres`; each tree runs its own
+code in a subprocess with `PYTHONPATH=<tree>` and the shared venv):
+
+    PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py memory \\
+        --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --n 10000 --rounds 5
+    PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py scale \\
+        --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --rounds 3
+
+Two or more trees; each round runs them in a rotated order. The summary gives, per figure,
+each tree's median over rounds of the per-query median CPU and, for each tree after the
+first, the median and spread (min-max) over rounds of its per-round ratio to the first.
+A notes script, not product code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve()
+MODES = ["hybrid", "knn", "bm25", "jaccard"]
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+# -- server CPU, read from /proc --------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str]:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    return raw[raw.rindex(")") + 2 :].split()  # fields from 3 (state) on
+
+
+class Backends:
+    """The backends of one database under one postmaster: their on-CPU ns, summed."""
+
+    def __init__(self, postmaster: int, database: str) -> None:
+        self.postmaster = postmaster
+        self.marker = f" {database} "
+        self.kind: dict[int, bool] = {}  # pid -> is one of our backends
+
+    def _ours(self) -> list[int]:
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid not in self.kind:
+                try:
+                    parent = int(_stat_fields(pid)[1])
+                    line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except (OSError, ValueError, IndexError):
+                    continue
+                ours = parent == self.postmaster and self.marker in line.decode(errors="replace")
+                self.kind[pid] = ours and "autovacuum" not in line.decode(errors="replace")
+            if self.kind[pid]:
+                found.append(pid)
+        return found
+
+    def cpu_ns(self) -> dict[int, int]:
+        seen = {}
+        for pid in self._ours():
+            try:
+                seen[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError):
+                continue
+        return seen
+
+
+def server_cpu_s(postmaster: int) -> float:
+    """The whole server's CPU so far: the postmaster, its reaped children, its live ones."""
+    fields = _stat_fields(postmaster)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                child = _stat_fields(int(name))
+            except (OSError, ValueError):
+                continue
+            if int(child[1]) == postmaster:
+                total += int(child[11]) + int(child[12])
+    return total * TICK_S
+
+
+# -- the worker: runs inside one tree ------------------------------------------------------
+
+
+class CachedDocuments:
+    """The real embedder, with document vectors read from (and added to) an .npz file."""
+
+    def __init__(self, inner: Any, path: Path) -> None:
+        import numpy as np
+
+        self.inner = inner
+        self.path = path
+        self.vectors: dict[str, Any] = {}
+        if path.exists():
+            data = np.load(path)
+            self.vectors = dict(zip(data["texts"].tolist(), data["vectors"], strict=True))
+        self.added = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed(self, texts: list[str]) -> list[Any]:
+        missing = [text for text in dict.fromkeys(texts) if text not in self.vectors]
+        if missing:
+            self.vectors.update(zip(missing, self.inner.embed(missing), strict=True))
+            self.added = True
+        return [list(map(float, self.vectors[text])) for text in texts]
+
+    def save(self) -> None:
+        import numpy as np
+
+        if self.added:
+            texts = list(self.vectors)
+            vectors = np.array([self.vectors[t] for t in texts], dtype=np.float32)
+            np.savez(self.path, texts=np.array(texts), vectors=vectors)
+
+
+def _open(url: str) -> Any:
+    from memory.bench.cli import _bench_storage
+
+    return _bench_storage(Path(tempfile.gettempdir()), url)
+
+
+def worker_fill(args: argparse.Namespace) -> dict[str, Any]:
+    from memory.bench.cli import _bench_chats, _fill, synthetic_memory
+    from memory.embeddings import load_embedder
+    from memory.stores import memory_store
+
+    storage = _open(args.url)
+    embedder = CachedDocuments(load_embedder("", "int8"), Path(args.vectors))
+    chats = _bench_chats(storage)
+    memories = memory_store(storage, embedder)
+    embedder.embed([synthetic_memory(random.Random(7))])  # the cache is read before timing
+    server = server_cpu_s(args.postmaster) if args.postmaster else 0.0
+    began, cpu = time.perf_counter(), time.process_time()
+    _fill(memories, embedder, chats, args.n, random.Random(7))
+    seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    server = server_cpu_s(args.postmaster) - server if args.postmaster else 0.0
+    embedder.save()
+    storage.close()
+    return {
+        "ingest_s": round(seconds, 1),
+        "per_s": round(args.n / seconds),
+        "client_cpu_s": round(cpu, 1),
+        "server_cpu_s": round(server, 1),
+    }
+
+
+class Meter:
+    """Per call: this process's CPU, the database's backends' CPU, wall; in ms."""
+
+    def __init__(self, backends: Backends) -> None:
+        self.backends = backends
+        self.rows: dict[str, list[tuple[float, float, float]]] = {}
+
+    def run(self, figure: str, call: Any) -> Any:
+        before = self.backends.cpu_ns()
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = call()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        after = self.backends.cpu_ns()
+        server_ns = sum(after[pid] - before.get(pid, 0) for pid in after)
+        self.rows.setdefault(figure, []).append((cpu * 1e3, server_ns / 1e6, wall * 1e3))
+        return result
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        out = {}
+        for figure, rows in self.rows.items():
+            client = [r[0] for r in rows]
+            server = [r[1] for r in rows]
+            total = [r[0] + r[1] for r in rows]
+            walls = sorted(r[2] for r in rows)
+            out[figure] = {
+                "n": len(rows),
+                "cpu_ms_p50": statistics.median(total),
+                "cpu_ms_mean": statistics.fmean(total),
+                "client_ms_p50": statistics.median(client),
+                "server_ms_p50": statistics.median(server),
+                "client_ms_mean": statistics.fmean(client),
+                "server_ms_mean": statistics.fmean(server),
+                "wall_ms_p50": walls[len(walls) // 2],
+                "wall_ms_p95": walls[max(0, int(len(walls) * 0.95) - 1)],
+            }
+        return out
+
+
+def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
+    from memory.bench.cli import _bench_chats, _known_lookup, _rank_once, synthetic_memory
+    from memory.bench.cli import synthetic_query as query_of
+    from memory.embeddings import load_embedder
+    from memory.stores import memory_store
+
+    meter = Meter(Backends(args.postmaster, args.database))
+    rng = random.Random(args.seed)
+    embedder = load_embedder("", "int8")
+    embedder.embed_query("warm the model up")  # the ONNX session is not what is measured
+    storage = meter.run("(open the storage)", lambda: _open(args.url))
+    chat_id, _ = _bench_chats(storage)
+    memories = memory_store(storage, embedder)
+    meter.run("first hybrid query after a start", lambda: _rank_once(
+        memories, chat_id, "hybrid", query_of(rng)))  # fmt: skip
+    for mode in MODES:
+        for _ in range(args.warm):
+            _rank_once(memories, chat_id, mode, query_of(rng))
+        for _ in range(args.queries):
+            asked = query_of(rng)
+            meter.run(mode, lambda asked=asked, mode=mode: _rank_once(
+                memories, chat_id, mode, asked))  # fmt: skip
+    if args.first_stage:
+        _first_stage_figures(meter, memories, chat_id, rng, args)
+    for _ in range(args.queries // 2):
+        memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
+        asked = query_of(rng)
+        meter.run("hybrid, just after a new memory", lambda asked=asked: _rank_once(
+            memories, chat_id, "hybrid", asked))  # fmt: skip
+    for _ in range(args.queries):
+        asked = query_of(rng)
+        meter.run("(known-memory lookup, full text)", lambda asked=asked: _known_lookup(
+            memories, chat_id, asked))  # fmt: skip
+    for _ in range(args.queries):
+        asked = query_of(rng)
+        meter.run("(query embedding alone)", lambda asked=asked: embedder.embed_query(asked))
+    storage.close()
+    return meter.summary()
+
+
+def _first_stage_figures(
+    meter: Meter, memories: Any, chat_id: int, rng: random.Random, args: argparse.Namespace
+) -> None:
+    """Each mode without the second stage (`memory.second_stage`, later than the seam): the
+    work a tree from before it does, so the seam's own cost shows on a newer tree."""
+    from memory.bench.cli import synthetic_query as query_of
+    from memory.retrieval import rank_memories
+
+    extra: dict[str, Any] = {}
+    try:
+        from memory.second_stage import Stage
+
+        extra["stage"] = Stage(frozenset())
+    except ImportError:  # an older tree: its ranking is the first stage only
+        pass
+    for mode in MODES:
+        for number in range(args.warm + args.queries):
+            asked = query_of(rng)
+
+            def rank(asked: str = asked, mode: str = mode) -> Any:
+                return rank_memories(memories, chat_id, asked, 10, mode=mode, **extra)
+
+            if number < args.warm:
+                rank()
+            else:
+                meter.run(f"{mode}, first stage only", rank)
+
+
+def worker_scale(args: argparse.Namespace) -> dict[str, Any]:
+    from core.bench.fleet import webhook_fleet_run
+
+    if args.url:
+        _open(args.url).close()  # migrated before the run: its CPU is not a turn's
+    server_before = server_cpu_s(args.postmaster)
+    result = webhook_fleet_run(
+        args.processes, args.chats, args.messages, args.delay, 600.0,
+        storage_url=args.url, max_messages_per_second=1000.0,
+    )  # fmt: skip
+    server_s = server_cpu_s(args.postmaster) - server_before
+    turns = max(1, int(result["answered"]))
+    return {
+        "turns_per_s": result["turns_per_s"],
+        "bots_cpu_ms_per_turn": result["cpu_ms_per_turn"],
+        "server_cpu_ms_per_turn": round(server_s * 1000 / turns, 2) if args.url else 0.0,
+        "whole": result["whole"],
+    }
+
+
+# -- the driver -------------------------------------------------------------------------
+
+
+def _run_worker(tree: Path, command: str, *extra: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(HERE), command, *extra],
+        env=env, cwd=tree, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"{command} in {tree} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def _rounds(trees: dict[str, Path], rounds: int, run: Any) -> dict[str, list[Any]]:
+    results: dict[str, list[Any]] = {name: [] for name in trees}
+    names = list(trees)
+    for number in range(rounds):  # each round in another order: the first tree not always first
+        shift = number % len(names)
+        order = names[shift:] + names[:shift]
+        for name in order:
+            load = _load()
+            began = time.perf_counter()
+            results[name].append(run(name, trees[name]))
+            print(f"round {number + 1} {name}: {time.perf_counter() - began:.0f} s, load {load}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    return results
+
+
+def _compare(results: dict[str, list[dict[str, Any]]], keys: list[str]) -> dict[str, Any]:
+    """Per figure and key: each tree's per-round values and their median; for each tree after
+    the first, the median and spread (min-max) of its ratio to the first, round by round."""
+    base, *others = list(results)
+    table: dict[str, Any] = {}
+    for figure in results[base][0]:
+        for key in keys:
+            if key not in results[base][0][figure]:
+                continue
+            values = {name: [r[figure][key] for r in results[name]] for name in results}
+            row: dict[str, Any] = {name: [round(v, 3) for v in vs] for name, vs in values.items()}
+            row.update({"median_" + name: round(statistics.median(vs), 3)
+                        for name, vs in values.items()})  # fmt: skip
+            for name in others:
+                ratios = [y / x for x, y in zip(values[base], values[name], strict=True) if x]
+                if ratios:
+                    row[f"ratio_{name}"] = [
+                        round(statistics.median(ratios), 3), round(min(ratios), 3),
+                        round(max(ratios), 3),
+                    ]  # fmt: skip
+            table[f"{figure} | {key}"] = row
+    return table
+
+
+def _server() -> Any:
+    from core.bench.fakes.postgres import PostgresServer
+
+    return PostgresServer().start()
+
+
+def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    server = _server()
+    try:
+        assert server._process is not None
+        postmaster = str(server._process.pid)
+        urls = {name: server.create_database(f"t_{name}") for name in trees}
+        fills = {}
+        for name, tree in trees.items():
+            fills[name] = _run_worker(
+                tree, "fill", "--url", urls[name], "--n", str(args.n),
+                "--vectors", args.vectors, "--postmaster", postmaster,
+            )  # fmt: skip
+            print(f"filled {name}: {fills[name]}", file=sys.stderr, flush=True)
+        _vacuum_analyze(list(urls.values()))
+
+        def run(name: str, tree: Path) -> dict[str, Any]:
+            return _run_worker(
+                tree, "measure", "--url", urls[name], "--postmaster", postmaster,
+                "--database", f"t_{name}", "--queries", str(args.queries),
+                "--warm", str(args.warm), "--seed", str(args.seed),
+                *(["--first-stage"] if args.first_stage else []),
+            )  # fmt: skip
+
+        results = _rounds(trees, args.rounds, run)
+    finally:
+        server.stop()
+    keys = ["cpu_ms_p50", "cpu_ms_mean", "client_ms_p50", "server_ms_p50", "wall_ms_p50"]
+    return {"fills": fills, "compare": _compare(results, keys), "raw": results}
+
+
+def _vacuum_analyze(urls: list[str]) -> None:
+    import psycopg
+
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+
+
+def drive_scale(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    server = _server()
+    numbers = iter(range(1000))
+    try:
+        assert server._process is not None
+        postmaster = str(server._process.pid)
+
+        def run(name: str, tree: Path) -> dict[str, Any]:
+            figures = {}
+            for engine, processes in (("sqlite", 1), ("postgresql", 1), ("postgresql", 2)):
+                url = server.create_database(f"s_{next(numbers)}") if engine != "sqlite" else ""
+                figures[f"{engine} x{processes}"] = _run_worker(
+                    tree, "scale-worker", "--url", url, "--postmaster", postmaster,
+                    "--processes", str(processes), "--chats", str(args.chats),
+                    "--messages", str(args.messages), "--delay", str(args.delay),
+                )  # fmt: skip
+            return figures
+
+        results = _rounds(trees, args.rounds, run)
+    finally:
+        server.stop()
+    for per_tree in results.values():
+        for figures in per_tree:
+            for run_figures in figures.values():
+                run_figures["cpu_ms_per_turn"] = (
+                    run_figures["bots_cpu_ms_per_turn"] + run_figures["server_cpu_ms_per_turn"]
+                )
+    keys = ["cpu_ms_per_turn", "bots_cpu_ms_per_turn", "server_cpu_ms_per_turn", "turns_per_s"]
+    return {"compare": _compare(results, keys), "raw": results}
+
+
+def table(path: Path, keys: list[str]) -> str:
+    """A Markdown table of a driver's JSON: per figure and key, each tree's median and each
+    later tree's ratio to the first (median, min-max over rounds)."""
+    compare = _compare(json.loads(path.read_text())["raw"], keys)
+    names = list(json.loads(path.read_text())["raw"])
+    head = ["figure", *(f"{n} (median)" for n in names), *(f"{n} / {names[0]}" for n in names[1:])]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, row in compare.items():
+        cells = [label.replace(" | ", ", "), *(f"{row['median_' + n]:.2f}" for n in names)]
+        for name in names[1:]:
+            mid, low, high = row.get(f"ratio_{name}", [0, 0, 0])
+            cells.append(f"**{mid:.2f}** ({low:.2f}–{high:.2f})")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    memory = sub.add_parser("memory")
+    scale = sub.add_parser("scale")
+    for driver in (memory, scale):
+        driver.add_argument("--tree", action="append", required=True, help="name=path, twice")
+        driver.add_argument("--rounds", type=int, default=5)
+    memory.add_argument("--n", type=int, default=10_000)
+    memory.add_argument("--queries", type=int, default=100)
+    memory.add_argument("--warm", type=int, default=10)
+    memory.add_argument("--seed", type=int, default=11)
+    memory.add_argument("--vectors", default="/tmp/seam_cpu_vectors.npz")
+    memory.add_argument("--first-stage", action="store_true", help="also without stage two")
+    for driver in (scale,):
+        driver.add_argument("--chats", type=int, default=50)
+        driver.add_argument("--messages", type=int, default=6)
+        driver.add_argument("--delay", type=float, default=0.2)
+    fill = sub.add_parser("fill")
+    fill.add_argument("--url", required=True)
+    fill.add_argument("--n", type=int, required=True)
+    fill.add_argument("--vectors", required=True)
+    fill.add_argument("--postmaster", type=int, default=0)
+    measure = sub.add_parser("measure")
+    worker = sub.add_parser("scale-worker")
+    for part in (measure, worker):
+        part.add_argument("--url", default="")
+        part.add_argument("--postmaster", type=int, required=True)
+    measure.add_argument("--database", required=True)
+    measure.add_argument("--queries", type=int, default=100)
+    measure.add_argument("--warm", type=int, default=10)
+    measure.add_argument("--seed", type=int, default=11)
+    measure.add_argument("--first-stage", action="store_true")
+    worker.add_argument("--processes", type=int, default=1)
+    worker.add_argument("--chats", type=int, default=50)
+    worker.add_argument("--messages", type=int, default=6)
+    worker.add_argument("--delay", type=float, default=0.2)
+    report = sub.add_parser("table")
+    report.add_argument("path", type=Path)
+    report.add_argument("--key", action="append", default=[])
+    args = parser.parse_args(sys.argv[1:2] + sys.argv[2:])
+    if args.command == "table":
+        print(table(args.path, args.key or ["cpu_ms_p50"]))
+        return
+    workers = {"fill": worker_fill, "measure": worker_measure, "scale-worker": worker_scale}
+    if args.command in workers:
+        print(json.dumps(workers[args.command](args)))
+        return
+    trees = dict(
+        (name, Path(path).resolve()) for name, path in (t.split("=", 1) for t in args.tree)
+    )
+    drive = drive_memory if args.command == "memory" else drive_scale
+    print(json.dumps(drive(args, trees), indent=1))
+
+
+if __name__ == "__main__":
+    main()
