@@ -2,8 +2,10 @@
 memories: their rows (read once per ranking, for the candidates only), their day and
 speaker, and their neighbours in the chat (read on demand, for the few best only).
 
-A memory's day is the date its text starts with (`[8 May 2023] …`, how dated memories are
-written) or else the day it was stored; its speaker the `Name:` its text starts with.
+The candidates' rows are `RankText`s (chat, text, day stored: `MemoryStore.rank_texts`);
+neighbours come as whole `Memory` rows. A memory's day is the date its text starts with
+(`[8 May 2023] …`, how dated memories are written) or else the day it was stored; its
+speaker the `Name:` its text starts with.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from datetime import date
 
 from memory.second_stage import leading_speaker, split_day
-from memory.store import Memories, Memory, MemoryStore
+from memory.store import Memories, Memory, MemoryStore, RankText
+
+Candidate = RankText | Memory  # both have id, chat_id, content and created_at
 
 NEIGHBOUR_PREFETCH = 9  # with the item asked: the best ten candidates' neighbours in one read
 
@@ -23,7 +27,7 @@ def stored_day(stamp: str) -> date | None:
         return None
 
 
-def memory_day(memory: Memory) -> date | None:
+def memory_day(memory: Candidate) -> date | None:
     """The date a memory's text starts with, else the day it was stored."""
     day, _ = split_day(memory.content)
     return day if day is not None else stored_day(memory.created_at)
@@ -32,14 +36,14 @@ def memory_day(memory: Memory) -> date | None:
 class MemoryCandidates:
     """The `memory.second_stage.Candidates` of one ranking of a chat's memories.
 
-    `rows`: the candidates' rows, best first (`MemoryStore.by_ids` keeps the order asked).
+    `rows`: the candidates' rows, best first (`MemoryStore.rank_texts` keeps the order asked).
     The first item asked for its neighbours has them read together with those of the next
     best `NEIGHBOUR_PREFETCH` of the chat's own candidates, in one read: the neighbour step
     asks for the few best (after the other steps re-scored them), so one read usually
     serves them all, where one read each was a round trip each on PostgreSQL.
     """
 
-    def __init__(self, store: MemoryStore, chat_id: int | None, rows: dict[int, Memory]) -> None:
+    def __init__(self, store: MemoryStore, chat_id: int | None, rows: dict[int, Candidate]) -> None:
         self.store = store
         self.chat_id = chat_id
         self.rows = rows

@@ -37,6 +37,7 @@ from memory.store import (
     NoteChange,
     RankingRows,
     RankSnapshot,
+    RankText,
     Tombstones,
     Vector,
     VectorRows,
@@ -349,6 +350,15 @@ class DatabaseMemoryStore:
             among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
             rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
             found.update((int(row[0]), memory_from_row(row)) for row in rows)
+        return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
+
+    def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
+        wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
+        found: dict[int, RankText] = {}
+        for start in range(0, len(wanted), _CHUNK):
+            among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
+            sql = f"SELECT id, chat_id, content, created_at FROM memories WHERE {among}"
+            found.update((int(row[0]), RankText(*row)) for row in self.db.read(sql, params))
         return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:

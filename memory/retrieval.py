@@ -28,7 +28,7 @@ from datetime import date
 from core.clock import now_iso
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
-from memory.memory_candidates import MemoryCandidates
+from memory.memory_candidates import Candidate, MemoryCandidates
 from memory.query_vector import query_vector
 from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
@@ -139,14 +139,15 @@ def rank_memories(
     depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
     stage = stage if stage is not None else Stage()
     scored = _first_stage(store, chat_id, query, depth, used, stage)
-    rows: dict[int, Memory] = {}
     if stage.steps and scored:
         head, tail = scored[: 2 * depth], scored[2 * depth :]
-        rows = store.by_ids([item for item, _ in head])
+        # The second stage reads a candidate's chat, text and day; `_finish` reads whole
+        # rows for the few that can make the cut.
+        rows: dict[int, Candidate] = dict(store.rank_texts([item for item, _ in head]))
         today = stage.today or date.fromisoformat(now_iso()[:10])
         candidates = MemoryCandidates(store, chat_id, rows)
         scored = refine(head, query, candidates, Stage(stage.steps, today)) + tail
-    return _finish(store, chat_id, scored, k, rows)
+    return _finish(store, chat_id, scored, k)
 
 
 def _first_stage(
@@ -168,7 +169,6 @@ def _finish(
     chat_id: int | None,
     scored: Sequence[tuple[int, float]],
     k: int,
-    known: dict[int, Memory] | None = None,
 ) -> list[RankedMemory]:
     """The best `k` candidates, reading only the rows that can make the cut.
 
@@ -182,8 +182,7 @@ def _finish(
         while end < len(scored) and scored[end][1] == scored[end - 1][1]:
             end += 1
         chunk = scored[start:end]
-        memories = {mid: known[mid] for mid, _ in chunk if known and mid in known}
-        memories.update(store.by_ids([mid for mid, _ in chunk if mid not in memories]))
+        memories = store.by_ids([mid for mid, _ in chunk])
         ranked.extend(
             RankedMemory(memories[mid], score)
             for mid, score in chunk

@@ -119,6 +119,18 @@ class Tombstone:
 
 
 @dataclass(frozen=True)
+class RankText:
+    """What ranking's second stage reads of a candidate (`MemoryStore.rank_texts`): a
+    `Memory` has these fields too. Fewer columns than `Memory`, and no object of 15 fields
+    for each of the ~140 candidates of a query, most of which miss the final cut."""
+
+    id: int
+    chat_id: int | None
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
 class NoteChange:
     """One change of an AGENTS.md note file, or a refused attempt: who caused it (the
     sender, the platform's message id and the stored message's), from which chat, what."""
@@ -336,6 +348,10 @@ class MemoryStore(Protocol):
     ) -> Memories: ...
 
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]: ...
+
+    def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
+        """The chat, text and day stored of the memories among `ids`, in the order asked."""
+        ...
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
         """Active memories (of every scope when `chat_id` is None and not `with_global`)."""

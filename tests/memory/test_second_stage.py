@@ -92,9 +92,32 @@ def test_memory_day_reads_the_date_in_front(engine: Engine) -> None:
     store = engine.store()
     dated = store.add(chat, date_prefix("Ann: went hiking", MAY_8), "EVENT", source="t")
     plain = store.add(chat, "Ann: likes tea", "EVENT", source="t")
-    rows = store.by_ids([dated, plain])
+    rows = store.rank_texts([dated, plain])
     assert memory_day(rows[dated]) == MAY_8
     assert memory_day(rows[plain]) == date.fromisoformat(rows[plain].created_at[:10])
+
+
+def test_rank_texts_are_the_rows_fields_in_the_order_asked(engine: Engine) -> None:
+    """What the second stage reads of ~140 candidates a query: a `Memory`'s chat, text and
+    day, without its other columns; archived ones too (`rank_memories` drops them later)."""
+    chat = engine.chat("a")
+    store = engine.store()
+    ann = store.add(chat, "Ann: likes tea", "EVENT", source="t")
+    shared = store.add(None, "everyone likes rain", "KNOWLEDGE", source="t")
+    old = store.add(chat, "Ann: liked coffee", "EVENT", source="t")
+    store.archive(old)
+    texts = store.rank_texts([old, shared, 999_999, ann])
+    whole = store.by_ids([old, shared, ann])
+    assert list(texts) == [old, shared, ann]
+    for memory_id, text in texts.items():
+        memory = whole[memory_id]
+        assert (text.id, text.chat_id, text.content, text.created_at) == (
+            memory.id,
+            memory.chat_id,
+            memory.content,
+            memory.created_at,
+        )
+    assert store.rank_texts([]) == {}
 
 
 def test_neighbours_are_the_chats_memories_stored_next_to_a_hit_on_its_day(engine: Engine) -> None:
@@ -105,7 +128,7 @@ def test_neighbours_are_the_chats_memories_stored_next_to_a_hit_on_its_day(engin
     store.add(other, "Eve: elsewhere", "EVENT", source="t")  # another chat: never a neighbour
     hit = store.add(chat, date_prefix("Ben: hiking near the lake", MAY_8), "EVENT", source="t")
     later = store.add(chat, date_prefix("Ann: new job", day_two), "EVENT", source="t")
-    candidates = MemoryCandidates(store, chat, store.by_ids([hit, later]))
+    candidates = MemoryCandidates(store, chat, dict(store.rank_texts([hit, later])))
     assert candidates.neighbours(hit) == [first]  # `later` is on another day
     assert candidates.neighbours(later) == []
     assert [m.id for m in store.adjacent(chat, hit)] == [first, later]
@@ -140,7 +163,7 @@ def test_the_best_candidates_neighbours_come_in_one_read(engine: Engine) -> None
         others.append(store.add(other, f"Eve: elsewhere {number}", "EVENT", source="t"))
     store.archive(ids[4])  # an archived memory is nobody's neighbour
     best = [ids[9], ids[2], ids[13], ids[0], ids[5], ids[6], ids[11]]
-    rows = store.by_ids(best)
+    rows = dict(store.rank_texts(best))
     assert list(rows) == best  # in the order asked
     counting = CountingStore(store)
     candidates = MemoryCandidates(counting, chat, rows)  # type: ignore[arg-type]
