@@ -32,6 +32,7 @@ from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 from memory.model_files import cache_root
 from memory.onnx_embedder import MANIFEST, QUERY_FAILED
+from tests.pg_databases import MigratedDatabases
 from tests.warm_mnemo import COLD, WarmMnemo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,13 +178,27 @@ def postgres_template(postgres_server: PostgresServer) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def migrated_databases(
+    postgres_server: PostgresServer, postgres_template: str
+) -> Iterator[MigratedDatabases]:
+    """Copies of the template, each put back in the template's state after a test and
+    handed to the next (`tests/pg_databases.py`): a new database costs ~10 times more."""
+    databases = MigratedDatabases(postgres_server, postgres_template)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def migrated_postgres_url(postgres_server: PostgresServer, postgres_template: str) -> Iterator[str]:
-    """A migrated database of the test's own (a copy of the session's template), dropped
-    afterwards: what opening `fresh_postgres_url` gives, without migrating again."""
-    name = f"test_{next(_DATABASE_NUMBERS)}"
-    yield postgres_server.create_database(name, template=postgres_template)
-    postgres_server.drop_database(name)
+def migrated_postgres_url(
+    postgres_server: PostgresServer, migrated_databases: MigratedDatabases
+) -> Iterator[str]:
+    """A migrated database of the test's own, in the state a fresh copy of the session's
+    template has (nobody else connected), given back afterwards: what opening
+    `fresh_postgres_url` gives, without migrating again."""
+    name = migrated_databases.take()
+    yield postgres_server.url(name)
+    migrated_databases.give_back(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
