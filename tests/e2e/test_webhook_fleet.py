@@ -4,12 +4,15 @@ with the fake Bot API delivering as Telegram does: nothing lost, doubled or reor
 from __future__ import annotations
 
 from core.bench.fleet import webhook_fleet_run
+from tests.conftest import launch_mnemo
 
 
 def test_three_webhook_processes_behind_a_load_balancer_answer_every_message_once_in_order() -> (
     None
 ):
-    result = webhook_fleet_run(processes=3, chats=20, messages=5, delay_s=0.05, timeout_s=180)
+    result = webhook_fleet_run(
+        processes=3, chats=20, messages=5, delay_s=0.05, timeout_s=180, launch=launch_mnemo
+    )
     assert (result["stored"], result["answered"], result["delivered"]) == (100, 100, 100), result
     assert result["doubled_stored"] == result["doubled_answered"] == 0, result
     assert result["doubled_delivered"] == 0, result
@@ -60,6 +63,7 @@ def test_three_bots_and_two_reflector_workers_on_postgresql_lose_nothing_when_on
         workers=2,
         kill_one_after=50,
         reflector_check=reflector_runs,
+        launch=launch_mnemo,
     )
     assert result["killed_one"] is True
     assert (result["stored"], result["answered"]) == (200, 200), result
