@@ -159,12 +159,10 @@ def webhook_fleet_run(
     reflector_check: Callable[[str], tuple[int, list[str]]] = lambda storage_url: (0, []),
     launch: Launcher = launch_mnemo,
 ) -> dict[str, Any]:
-    """Start the fleet (and `workers` reflector workers), push everything at once, wait for
-    every reply (or the timeout), SIGTERM every process; the tally, the order check, the
-    share each process served, turns per second and CPU per turn. `kill_one_after`: see
-    `_kill_last`. `reflector_check` (from the reflector package) counts the reflector runs
-    and names the chats whose runs overlapped in time. `launch` starts each `mnemo` process
-    (the tests fork them from a process that has imported it)."""
+    """Start the fleet (and `workers` reflector workers; `launch` starts each), push all at
+    once, wait for every reply (or the timeout), SIGTERM every process; the tally, the order
+    check, each process's share, turns per second and CPU per turn. `kill_one_after`: see
+    `_kill_last`. `reflector_check` (from the reflector package): runs, overlapping chats."""
     with (
         FakeOpenAIServer(echo_model(delay_s)) as model,
         FakeTelegramServer() as telegram,
@@ -180,8 +178,8 @@ def webhook_fleet_run(
                 for index, webhook in enumerate(webhooks)
             ]  # fmt: skip
             storage_url = bots[0].storage_url
-            names = [f"reflector{index}" for index in range(workers)]
-            reflectors = [Worker(Path(tmp), model.base_url, storage_url, n, launch) for n in names]
+            reflectors = [Worker(Path(tmp), model.base_url, storage_url, f"reflector{index}",
+                                 launch) for index in range(workers)]  # fmt: skip
             _start(bots, reflectors, telegram)
             meter = Meter([bot.process.pid for bot in bots if bot.process is not None])
             pushed = push(telegram, chats, messages)
@@ -195,8 +193,7 @@ def webhook_fleet_run(
                 **_webhook_figures(telegram, proxy, ports),
                 **_delivery_figures(list(telegram.delivered), kill_mark),
             }
-    killed = kill_mark is not None
-    return {**figures, **_speed_figures(measured, figures["answered"], killed, stops)}
+    return {**figures, **_speed_figures(measured, figures["answered"], kill_mark, stops)}
 
 
 def _start(bots: list[Bot], reflectors: list[Worker], telegram: FakeTelegramServer) -> None:
@@ -269,8 +266,9 @@ def _delivery_figures(delivered: list[dict[str, Any]], kill_mark: int | None) ->
 
 
 def _speed_figures(
-    measured: dict[str, float], turns: int, killed: bool, stops: list[float]
+    measured: dict[str, float], turns: int, kill_mark: int | None, stops: list[float]
 ) -> dict[str, Any]:
+    killed = kill_mark is not None
     seconds = measured["seconds"]
     cpu_ms = round(1000 * measured["bots_cpu"] / max(1, turns), 1)
     return {
