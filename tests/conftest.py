@@ -24,14 +24,17 @@ from pathlib import Path
 import pytest
 
 from bots.runtime import Runtime, build_runtime
+from core.bench import chaos
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.bench.fakes.postgres import PostgresServer
+from core.bench.startup import bench_env
 from core.config import Config, StorageConfig, load_config
 from core.storage.db import Connection, connect
 from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 from memory.model_files import cache_root
 from memory.onnx_embedder import MANIFEST, QUERY_FAILED
+from tests.pg_databases import MigratedDatabases
 from tests.warm_mnemo import COLD, WarmMnemo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,13 +180,27 @@ def postgres_template(postgres_server: PostgresServer) -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def migrated_databases(
+    postgres_server: PostgresServer, postgres_template: str
+) -> Iterator[MigratedDatabases]:
+    """Copies of the template, each put back in the template's state after a test and
+    handed to the next (`tests/pg_databases.py`): a new database costs ~10 times more."""
+    databases = MigratedDatabases(postgres_server, postgres_template)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def migrated_postgres_url(postgres_server: PostgresServer, postgres_template: str) -> Iterator[str]:
-    """A migrated database of the test's own (a copy of the session's template), dropped
-    afterwards: what opening `fresh_postgres_url` gives, without migrating again."""
-    name = f"test_{next(_DATABASE_NUMBERS)}"
-    yield postgres_server.create_database(name, template=postgres_template)
-    postgres_server.drop_database(name)
+def migrated_postgres_url(
+    postgres_server: PostgresServer, migrated_databases: MigratedDatabases
+) -> Iterator[str]:
+    """A migrated database of the test's own, in the state a fresh copy of the session's
+    template has (nobody else connected), given back afterwards: what opening
+    `fresh_postgres_url` gives, without migrating again."""
+    name = migrated_databases.take()
+    yield postgres_server.url(name)
+    migrated_databases.give_back(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -287,21 +304,42 @@ def run_cli(
             command, input=stdin, capture_output=True, text=True, timeout=timeout, env=env,
             cwd=cwd,
         )  # fmt: skip
+    return warm().run(command, args, env, cwd, stdin, timeout)
+
+
+def warm() -> WarmMnemo:
+    """This process's warm `mnemo`, made on first use."""
     with _WARM_LOCK:  # tests run commands from several threads at once
         if not _WARM:
             _WARM.append(WarmMnemo(REPO, mnemo_env()))
             atexit.register(_WARM[0].stop)
-    return _WARM[0].run(command, args, env, cwd, stdin, timeout)
+    return _WARM[0]
 
 
 def start_mnemo(args: list[str], config_path: Path, cwd: Path) -> subprocess.Popen[str]:
-    """Start a long-running `mnemo` command (e.g. `run`); the caller stops it."""
-    return subprocess.Popen(
-        [*MNEMO, "--config", str(config_path), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=mnemo_env(),
-        cwd=cwd,
-    )
+    """Start a long-running `mnemo` command (e.g. `run`); the caller stops it. Its stdout and
+    stderr are text pipes; it is forked from the warm `mnemo` (a `WarmProcess`, used as the
+    `Popen` it stands for), or started cold when MNEMO_TEST_COLD is set."""
+    command = [*MNEMO, "--config", str(config_path), *args]
+    if os.environ.get(COLD):
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=mnemo_env(), cwd=cwd,
+        )  # fmt: skip
+    with open(os.devnull, "rb") as devnull:
+        stdio = (devnull.fileno(), subprocess.PIPE, subprocess.PIPE)
+        started = warm().start_process(command, command[3:], mnemo_env(), cwd, stdio, text=True)
+    return started  # type: ignore[return-value]
+
+
+def launch_mnemo(config: Path, command: str, log: Path, work: Path) -> subprocess.Popen[bytes]:
+    """`core.bench.chaos.launch_mnemo` (`mnemo --config CONFIG COMMAND` in `work`, stderr
+    appended to `log`, as the benches start it), forked from the warm `mnemo` unless
+    MNEMO_TEST_COLD is set: for the chaos and fleet tests, whose subject is not the start."""
+    if os.environ.get(COLD):
+        return chaos.launch_mnemo(config, command, log, work)
+    args = ["--config", str(config), command]
+    with open(os.devnull, "rb") as devnull, log.open("ab") as stderr:
+        stdio = (devnull.fileno(), devnull.fileno(), stderr.fileno())
+        started = warm().start_process([*MNEMO, *args], args, bench_env(None), work, stdio, False)
+    return started  # type: ignore[return-value]

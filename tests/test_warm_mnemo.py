@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -123,3 +124,30 @@ def test_a_command_past_its_deadline_is_cut_short() -> None:
 
 def test_text_is_decoded_with_universal_newlines() -> None:
     assert text_of(b"a\r\nb\rc\n") == "a\nb\nc\n"
+
+
+def test_a_long_running_command_is_used_as_the_popen_it_stands_for(
+    warm: WarmMnemo, tmp_path: Path, fake_llm: FakeOpenAIServer
+) -> None:
+    """`start_process` (what `start_mnemo` and the chaos and fleet tests use): a real process
+    that runs until stopped, its pipes read here, its exit status as `Popen` gives it
+    (negative: the signal that ended it)."""
+    config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data")
+    args = ["--config", str(config), "chat"]
+    for stop in ("end of input", "SIGKILL"):
+        stdin_r, stdin_w = os.pipe()
+        stdio = (stdin_r, subprocess.PIPE, subprocess.PIPE)
+        process = warm.start_process([*MNEMO, *args], args, mnemo_env(), tmp_path, stdio, True)
+        os.close(stdin_r)
+        os.write(stdin_w, b"hello there\n")
+        assert process.stdout is not None and process.stdout.readline() == "echo: hello there\n"
+        assert process.poll() is None and process.returncode is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=0.2)
+        if stop == "SIGKILL":
+            process.kill()
+        os.close(stdin_w)
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == (-signal.SIGKILL if stop == "SIGKILL" else 0), err
+        assert out == "" and process.poll() == process.returncode
+        process.send_signal(signal.SIGTERM)  # once it has ended: nothing, as `Popen` does

@@ -31,6 +31,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 COLD = "MNEMO_TEST_COLD"
 _READ_CHUNK = 65536
@@ -205,6 +206,42 @@ class WarmMnemo:
             os.unlink(self.socket_path)
             self.folder.rmdir()
 
+    def start_process(
+        self,
+        command: list[str],
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        stdio: tuple[int, int, int],
+        text: bool,
+    ) -> WarmProcess:
+        """What `subprocess.Popen(command, env=env, cwd=cwd, …)` starts, `command` being
+        `python -m bots.cli ARGS`, forked from the warm process; `stdio` are the child's
+        stdin, stdout and stderr (PIPE for a pipe this side reads, or a file descriptor the
+        caller keeps)."""
+        self.start()
+        ends: list[int] = []  # the child's ends, closed here once it has them
+        mine: list[int | None] = []
+        for target, wanted in enumerate(stdio):
+            if wanted == subprocess.PIPE:
+                if target == 0:
+                    raise ValueError("a warm process's stdin cannot be a pipe")
+                read_end, write_end = os.pipe()
+                ends.append(write_end)
+                mine.append(read_end)
+            else:
+                ends.append(os.dup(wanted))
+                mine.append(None)
+        request = json.dumps({"args": args, "env": env, "cwd": str(cwd)}).encode()
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(self.socket_path)
+        socket.send_fds(connection, [request], ends)
+        for fd in ends:
+            os.close(fd)
+        pid = int(read_line(connection))
+        files = [None if fd is None else open(fd, "r" if text else "rb") for fd in mine]  # noqa: SIM115
+        return WarmProcess(command, pid, connection, files[1], files[2])
+
     def run(
         self,
         command: list[str],
@@ -238,6 +275,89 @@ class WarmMnemo:
                 returncode = int(replies.readline())
         out, err = outputs
         return subprocess.CompletedProcess(command, returncode, text_of(out), text_of(err))
+
+
+def read_line(connection: socket.socket) -> bytes:
+    """One line from the warm process, read byte by byte: nothing after it is taken from the
+    socket, so a later `select` on it still sees what comes next."""
+    line = b""
+    while not line.endswith(b"\n"):
+        byte = connection.recv(1)
+        if not byte:
+            break
+        line += byte
+    return line
+
+
+class WarmProcess:
+    """A command forked from the warm process, used as the `subprocess.Popen` it stands for:
+    `pid`, `returncode`, `poll`, `wait`, `send_signal`, `terminate`, `kill`, `communicate`,
+    and `stdout`/`stderr` when they are pipes. Its exit status comes over `connection` (the
+    warm process is its parent and reaps it)."""
+
+    def __init__(
+        self, args: list[str], pid: int, connection: socket.socket, stdout: Any, stderr: Any
+    ) -> None:
+        self.args = args
+        self.pid = pid
+        self.stdin = None
+        self.stdout = stdout
+        self.stderr = stderr
+        self.returncode: int | None = None
+        self._connection = connection
+        self._readers: list[tuple[threading.Thread, list[Any]]] = []
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._connection], [], [], 0)[0]:
+            self._ended()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._connection], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self._ended()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _ended(self) -> None:
+        line = read_line(self._connection)
+        self._connection.close()
+        # no status: the warm process itself was killed, and the child with it
+        self.returncode = int(line) if line.strip() else -signal.SIGKILL
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read stdout and stderr (the pipes) to their ends, then wait for the exit."""
+        if not self._readers:
+            for pipe in (self.stdout, self.stderr):
+                got: list[Any] = []
+                reader = threading.Thread(
+                    target=lambda pipe=pipe, got=got: got.append(pipe.read() if pipe else None),
+                    daemon=True,
+                )
+                reader.start()
+                self._readers.append((reader, got))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader, _ in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        for pipe in (self.stdout, self.stderr):
+            if pipe is not None:
+                pipe.close()
+        return self._readers[0][1][0], self._readers[1][1][0]
 
 
 def exchange(

@@ -31,9 +31,10 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
@@ -51,6 +52,25 @@ FIRST_CHAT_ID = 5000
 MESSAGE = re.compile(r"chaos (\d+)-(\d+)\b")
 START_TIMEOUT_S = 120
 STOP_TARGET_S = 10.0
+
+
+class MnemoProcess(Protocol):
+    """What the runs use of a started `mnemo` process (a `subprocess.Popen` has it all)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+# Starts `mnemo --config CONFIG COMMAND` in a work dir, stderr to a log: `launch_mnemo`, or
+# what the tests give instead (the same command forked from a process that imported it).
+Launcher = Callable[[Path, str, Path, Path], MnemoProcess]
 
 
 def message_text(chat: int, number: int) -> str:
@@ -160,6 +180,7 @@ class Bot:
         webhook: WebhookSetup | None = None,
         storage_url: str = "",
         max_messages_per_second: float = 30.0,
+        launch: Launcher | None = None,
     ) -> None:
         extra = (
             (f'url = "{storage_url}"\n' if storage_url else "")
@@ -174,7 +195,8 @@ class Bot:
         self.work = work
         self.telegram = telegram
         self.ready_call = "setWebhook" if webhook else "getUpdates"
-        self.process: subprocess.Popen[bytes] | None = None
+        self.launcher: Launcher = launch or launch_mnemo
+        self.process: MnemoProcess | None = None
 
     def start(self) -> None:
         """Launch, and wait until the process polls (or has registered its webhook)."""
@@ -183,7 +205,7 @@ class Bot:
         self.telegram.wait_for(lambda tg: len(tg.sent(self.ready_call)) > before, START_TIMEOUT_S)
 
     def launch(self) -> None:
-        self.process = launch_mnemo(self.config, "run", self.log, self.work)
+        self.process = self.launcher(self.config, "run", self.log, self.work)
 
     def kill(self) -> float:
         assert self.process is not None
@@ -211,7 +233,7 @@ def launch_mnemo(config: Path, command: str, log: Path, work: Path) -> subproces
         )
 
 
-def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> float:
+def terminate(process: MnemoProcess, timeout_s: float) -> float:
     """SIGTERM, SIGKILL after `timeout_s`; the seconds until the process ended."""
     began = time.perf_counter()
     process.send_signal(signal.SIGTERM)
@@ -243,17 +265,22 @@ def delivered_count(telegram: FakeTelegramServer) -> int:
 
 
 def kill_run(
-    chats: int, messages: int, delay_s: float, timeout_s: float, how: str = "kill"
+    chats: int,
+    messages: int,
+    delay_s: float,
+    timeout_s: float,
+    how: str = "kill",
+    launch: Launcher | None = None,
 ) -> dict[str, Any]:
     """Push; once a few replies went out and Telegram has confirmed every update, stop the
     process mid-turn (`how`: SIGKILL, or SIGTERM timed), restart, wait for every reply (or
-    the timeout), SIGTERM."""
+    the timeout), SIGTERM. `launch`: how to start `mnemo` (`launch_mnemo`)."""
     with (
         FakeOpenAIServer(echo_model(delay_s)) as model,
         FakeTelegramServer() as telegram,
         tempfile.TemporaryDirectory(prefix="mnemo-bench-chaos-") as tmp,
     ):
-        bot = Bot(Path(tmp), model.base_url, telegram)
+        bot = Bot(Path(tmp), model.base_url, telegram, launch=launch)
         bot.start()
         pushed = push(telegram, chats, messages)
         telegram.wait_for(lambda tg: not tg.updates and delivered_count(tg) >= chats, timeout_s)
@@ -277,8 +304,11 @@ def kill_run(
     }
 
 
-def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> dict[str, Any]:
-    """Push everything at once; sends fail now and then (502s and 429s)."""
+def load_run(
+    chats: int, messages: int, fail_every: int, timeout_s: float, launch: Launcher | None = None
+) -> dict[str, Any]:
+    """Push everything at once; sends fail now and then (502s and 429s). `launch`: how to
+    start `mnemo` (`launch_mnemo`)."""
     with (
         FakeOpenAIServer(echo_model(0.0)) as model,
         FakeTelegramServer() as telegram,
@@ -294,7 +324,7 @@ def load_run(chats: int, messages: int, fail_every: int, timeout_s: float) -> di
                 )  # fmt: skip
             else:
                 telegram.fail_next("sendMessage", 502, "Bad Gateway", after=fail_every - 1)
-        bot = Bot(Path(tmp), model.base_url, telegram)
+        bot = Bot(Path(tmp), model.base_url, telegram, launch=launch)
         bot.start()
         began = time.perf_counter()
         pushed = push(telegram, chats, messages)

@@ -13,7 +13,6 @@ process answered. Figures, never assertions: the tests assert on them.
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -25,6 +24,8 @@ from typing import Any
 from core.bench.chaos import (
     MESSAGE,
     Bot,
+    Launcher,
+    MnemoProcess,
     WebhookSetup,
     echo_model,
     launch_mnemo,
@@ -102,7 +103,9 @@ def cpu_seconds(pid: int) -> float:
 class Worker:
     """A `mnemo reflector` process on the same database, reflecting every few seconds."""
 
-    def __init__(self, work: Path, model_url: str, storage_url: str, name: str) -> None:
+    def __init__(
+        self, work: Path, model_url: str, storage_url: str, name: str, launch: Launcher
+    ) -> None:
         extra = (
             f'url = "{storage_url}"\n[reflector]\nenabled = true\n'
             f"interval_mins = {WORKER_INTERVAL_MINS}\n"
@@ -110,10 +113,11 @@ class Worker:
         self.config = write_config(work / f"{name}.toml", model_url, work / "data", extra)
         self.log = work / f"{name}.log"
         self.work = work
-        self.process: subprocess.Popen[bytes] | None = None
+        self.launcher = launch
+        self.process: MnemoProcess | None = None
 
     def launch(self) -> None:
-        self.process = launch_mnemo(self.config, "reflector", self.log, self.work)
+        self.process = self.launcher(self.config, "reflector", self.log, self.work)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -153,12 +157,12 @@ def webhook_fleet_run(
     kill_one_after: int | None = None,
     max_messages_per_second: float = 30.0,
     reflector_check: Callable[[str], tuple[int, list[str]]] = lambda storage_url: (0, []),
+    launch: Launcher = launch_mnemo,
 ) -> dict[str, Any]:
-    """Start the fleet (and `workers` reflector workers), push everything at once, wait for
-    every reply (or the timeout), SIGTERM every process; the tally, the order check, the
-    share each process served, turns per second and CPU per turn. `kill_one_after`: see
-    `_kill_last`. `reflector_check` (from the reflector package) counts the reflector runs
-    and names the chats whose runs overlapped in time."""
+    """Start the fleet (and `workers` reflector workers; `launch` starts each), push all at
+    once, wait for every reply (or the timeout), SIGTERM every process; the tally, the order
+    check, each process's share, turns per second and CPU per turn. `kill_one_after`: see
+    `_kill_last`. `reflector_check` (from the reflector package): runs, overlapping chats."""
     with (
         FakeOpenAIServer(echo_model(delay_s)) as model,
         FakeTelegramServer() as telegram,
@@ -169,12 +173,13 @@ def webhook_fleet_run(
             webhooks = [WebhookSetup(f"{proxy.origin}{WEBHOOK_PATH}", port) for port in ports]
             bots = [
                 Bot(Path(tmp), model.base_url, telegram, name=f"bot{index}", webhook=webhook,
-                    storage_url=storage_url, max_messages_per_second=max_messages_per_second)
+                    storage_url=storage_url, max_messages_per_second=max_messages_per_second,
+                    launch=launch)
                 for index, webhook in enumerate(webhooks)
             ]  # fmt: skip
             storage_url = bots[0].storage_url
-            names = [f"reflector{index}" for index in range(workers)]
-            reflectors = [Worker(Path(tmp), model.base_url, storage_url, n) for n in names]
+            reflectors = [Worker(Path(tmp), model.base_url, storage_url, f"reflector{index}",
+                                 launch) for index in range(workers)]  # fmt: skip
             _start(bots, reflectors, telegram)
             meter = Meter([bot.process.pid for bot in bots if bot.process is not None])
             pushed = push(telegram, chats, messages)
@@ -188,8 +193,7 @@ def webhook_fleet_run(
                 **_webhook_figures(telegram, proxy, ports),
                 **_delivery_figures(list(telegram.delivered), kill_mark),
             }
-    killed = kill_mark is not None
-    return {**figures, **_speed_figures(measured, figures["answered"], killed, stops)}
+    return {**figures, **_speed_figures(measured, figures["answered"], kill_mark, stops)}
 
 
 def _start(bots: list[Bot], reflectors: list[Worker], telegram: FakeTelegramServer) -> None:
@@ -262,8 +266,9 @@ def _delivery_figures(delivered: list[dict[str, Any]], kill_mark: int | None) ->
 
 
 def _speed_figures(
-    measured: dict[str, float], turns: int, killed: bool, stops: list[float]
+    measured: dict[str, float], turns: int, kill_mark: int | None, stops: list[float]
 ) -> dict[str, Any]:
+    killed = kill_mark is not None
     seconds = measured["seconds"]
     cpu_ms = round(1000 * measured["bots_cpu"] / max(1, turns), 1)
     return {
