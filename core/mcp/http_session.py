@@ -12,9 +12,10 @@ its end so the connection is reused. Results are validated with the SDK's own ty
 Wire rules (MCP 2025-11-25, streamable HTTP): the server's `Mcp-Session-Id` from `initialize` and
 the negotiated `MCP-Protocol-Version` go on every later request; a 404 with a session means the
 session expired: one new `initialize`, then the request once more; a GET answered 405 means the
-server offers no event stream; the session is DELETEd on close. An HTTP error status is a
-`McpRefused` (the server is up but said no: a tool error, no restart); a broken connection is an
-httpx2 error (the server went away: the connection layer restarts it).
+server offers no event stream; a request given up (the call's timeout) is followed by
+`notifications/cancelled`, so the server stops its work; the session is DELETEd on close. An
+HTTP error status is a `McpRefused` (the server is up but said no: a tool error, no restart); a
+broken connection is an httpx2 error (the server went away: the connection layer restarts it).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class McpHttpSession:
         self._ids = itertools.count(1)
         self._renew = asyncio.Lock()
         self._listener: asyncio.Task[None] | None = None
+        self._notes: set[asyncio.Task[None]] = set()  # cancellations on their way
 
     async def __aenter__(self) -> McpHttpSession:
         return self
@@ -100,6 +102,7 @@ class McpHttpSession:
     async def close(self) -> None:
         """Stop listening and end the session on the server (DELETE), best effort."""
         await self._stop_listening()
+        await asyncio.gather(*self._notes, return_exceptions=True)
         if not self.session_id:
             return
         with contextlib.suppress(httpx2.HTTPError, TimeoutError):
@@ -154,7 +157,11 @@ class McpHttpSession:
     async def _request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         ident = next(self._ids)
         message = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
-        answer = await self._post(message)
+        try:
+            answer = await self._post(message)
+        except asyncio.CancelledError:
+            self._tell_cancelled(ident)
+            raise
         if answer is None:
             raise McpRefused(f"the server sent no answer to {method}")
         error = answer.get("error")
@@ -165,6 +172,20 @@ class McpHttpSession:
         if not isinstance(result, dict):
             raise McpRefused(f"the server's answer to {method} has no result")
         return result
+
+    def _tell_cancelled(self, ident: int) -> None:
+        """Tell the server a request was given up, in the background (the caller is being
+        cancelled): a hung tool would otherwise go on working for nobody."""
+        params = {"requestId": ident, "reason": "the client gave up (timeout)"}
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+        task = asyncio.create_task(self._post_quietly(note))
+        self._notes.add(task)
+        task.add_done_callback(self._notes.discard)
+
+    async def _post_quietly(self, message: dict[str, Any]) -> None:
+        with contextlib.suppress(httpx2.HTTPError, McpRefused, TimeoutError):
+            async with asyncio.timeout(DELETE_TIMEOUT_S):
+                await self._post(message)
 
     async def _post(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """POST one message; the JSON-RPC response to it (None for a notification)."""
@@ -254,8 +275,7 @@ class McpHttpSession:
             reply["result"] = {}
         else:
             reply["error"] = {"code": METHOD_NOT_FOUND, "message": f"{method} not supported"}
-        with contextlib.suppress(httpx2.HTTPError, McpRefused):
-            await self._post(reply)
+        await self._post_quietly(reply)
 
     def _headers(self, accept: str = "application/json, text/event-stream") -> dict[str, str]:
         headers = {"accept": accept, "content-type": "application/json"}

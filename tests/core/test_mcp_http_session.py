@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -110,6 +111,20 @@ async def test_tools_list_changed_arrives_on_the_calls_stream_or_the_get_stream(
             names = {t.name for t in (await session.list_tools()).tools}
     assert "late_tool" in names
     assert any(r.method == "GET" for r in recorder.sent)
+
+
+async def test_a_call_given_up_is_cancelled_on_the_server(url: str) -> None:
+    recorder = Recorder()
+    async with session_on(url, recorder) as session:
+        await session.initialize()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await session.call_tool("hang", {})
+        await until(lambda: any(b"notifications/cancelled" in r.content for r in recorder.sent))
+        assert (await session.call_tool("echo", {"text": "on"})).content[0].text == "on"  # type: ignore[union-attr]
+    (call,) = [r for r in recorder.sent if b'"hang"' in r.content]
+    (note,) = [r for r in recorder.sent if b"notifications/cancelled" in r.content]
+    assert json.loads(note.content)["params"]["requestId"] == json.loads(call.content)["id"]
 
 
 async def test_an_expired_session_is_renewed_and_the_call_goes_through(url: str) -> None:

@@ -3,7 +3,7 @@
 Run it as `python -m core.bench.fakes.mcp_server stdio` or `... http PORT [json] [faults]`
 (streamable HTTP on 127.0.0.1:PORT/mcp; each answer an SSE stream, the SDK's default, or with
 `json` one JSON body, the SDK's advice for production). A bearer token in `MNEMO_TEST_MCP_TOKEN`
-makes the HTTP server refuse requests without it (401). With `faults`, a call of the tool
+makes the HTTP server refuse requests without it (401). With `faults`, a call of its extra tool
 `http_status` is answered with that HTTP status (429, 500 …), or with 0 the connection drops
 after the response has started, the server still up; and a GET is answered 405, as by a
 server that offers no event stream. Its tools cover what the client must
@@ -81,9 +81,9 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
-@server.tool()
 def http_status(status: int) -> str:
-    """Answered by the `faults` wrapper with HTTP `status` (reaches the tool only without it)."""
+    """Answer with HTTP `status` (0: drop the connection); listed with `faults` only, whose
+    wrapper answers its calls before they reach it."""
     return f"no fault: {status}"
 
 
@@ -93,7 +93,9 @@ def run_http(port: int, json_response: bool, faults: bool = False) -> None:
 
     server.settings.log_level = "WARNING"
     app = server.streamable_http_app(json_response=json_response)
-    app = with_faults(app) if faults else app
+    if faults:
+        server.add_tool(http_status)
+        app = with_faults(app)
     token = os.environ.get("MNEMO_TEST_MCP_TOKEN", "")
     uvicorn.run(bearer_only(app, token) if token else app, host="127.0.0.1", port=port,
                 log_level="warning", access_log=False)  # fmt: skip
