@@ -69,6 +69,20 @@ def http_client(headers: dict[str, str]) -> httpx2.AsyncClient:
     )
 
 
+async def error_text(response: httpx2.Response, most: int = 2048) -> str:
+    """What an error answer says, briefly: its JSON-RPC error message, or its text."""
+    body = b""
+    async for part in response.aiter_bytes():
+        body += part
+        if len(body) >= most:
+            break
+    text = body[:most].decode("utf-8", "replace").strip()
+    with contextlib.suppress(ValueError, AttributeError):
+        error = json.loads(text).get("error")
+        text = str(error.get("message", error) if isinstance(error, dict) else error or text)
+    return " ".join(text.split())[:200]
+
+
 class McpHttpSession:
     """One MCP session with a streamable-HTTP server, on `client` (closed by the caller).
     `on_tools_changed` runs when the server says its tool list changed, or after a new
@@ -193,7 +207,7 @@ class McpHttpSession:
         request = self.client.build_request("POST", self.url, content=body, headers=self._headers())
         response = await self.client.send(request, stream=True)
         try:
-            self._check_status(response, message)
+            await self._check_status(response, message)
             if message.get("method") == "initialize":
                 self.session_id = response.headers.get(SESSION_HEADER, "")
             if "id" not in message:
@@ -207,7 +221,7 @@ class McpHttpSession:
         finally:
             await response.aclose()
 
-    def _check_status(self, response: httpx2.Response, message: dict[str, Any]) -> None:
+    async def _check_status(self, response: httpx2.Response, message: dict[str, Any]) -> None:
         status = response.status_code
         if status < 300:
             return
@@ -216,9 +230,11 @@ class McpHttpSession:
         said = f"HTTP {status} {response.reason_phrase}".strip()
         if status in (401, 403):
             said += " (check headers and bearer_token_env)"
-        elif 300 <= status < 400:
+        if 300 <= status < 400:
             where = response.headers.get("location", "")
             said += f": redirect to {where} not followed; use that URL as the endpoint"
+        elif why := await error_text(response):
+            said += f": {why}"
         raise McpRefused(f"the server answered {said}")
 
     def _response_in(self, answer: object, ident: int) -> dict[str, Any]:
@@ -303,6 +319,8 @@ class McpHttpSession:
                 delay = LISTEN_RETRY_S[0]  # it was open: a clean end, reopen soon
             except (httpx2.HTTPError, McpRefused) as exc:
                 logger.debug("MCP event stream at %s broke: %s", self.url, exc)
+                if self.listening:  # it was open (a quiet server's read timeout): reopen soon
+                    delay = LISTEN_RETRY_S[0]
             self.listening = False
             await asyncio.sleep(delay)
             delay = min(delay * 2, LISTEN_RETRY_S[1])

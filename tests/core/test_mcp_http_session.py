@@ -113,6 +113,27 @@ async def test_tools_list_changed_arrives_on_the_calls_stream_or_the_get_stream(
     assert any(r.method == "GET" for r in recorder.sent)
 
 
+async def test_the_event_stream_is_reopened_after_a_break_and_still_heard() -> None:
+    """A GET stream that breaks (here a short read timeout on a quiet server) is opened again,
+    and a later `tools/list_changed` (JSON answers: it comes on the GET stream) still arrives."""
+    port = free_port()
+    recorder = Recorder()
+    url = f"http://127.0.0.1:{port}/mcp"
+    with serving(port, "json"):
+        timeout = httpx2.Timeout(30.0, read=1.0)
+        async with (
+            httpx2.AsyncClient(timeout=timeout, event_hooks={"request": [recorder.note]}) as client,
+            McpHttpSession(url, client, recorder.changed, MAX_SSE_EVENT_BYTES) as session,
+        ):
+            await session.initialize()
+            await until(lambda: [r.method for r in recorder.sent].count("GET") >= 2)
+            deadline = time.monotonic() + 20
+            while recorder.changes == 0:  # the stream is shut half the time here: ask again
+                assert time.monotonic() < deadline
+                await session.call_tool("grow", {})
+                await asyncio.sleep(0.3)
+
+
 async def test_a_call_given_up_is_cancelled_on_the_server(url: str) -> None:
     recorder = Recorder()
     async with session_on(url, recorder) as session:
