@@ -164,7 +164,10 @@ class McpHttpSession:
             logger.info("MCP session at %s expired; starting a new one", self.url)
         async with self._renew:
             if self.session_id == session:  # not renewed by a concurrent call meanwhile
-                await self.initialize()
+                try:
+                    await self.initialize()
+                except McpRefused as exc:  # no session now: not a refusal, the link is gone
+                    raise ConnectionError(f"no new session after an expiry: {exc}") from exc
                 self.on_tools_changed()
         return await self._request(method, params)
 
