@@ -4,7 +4,8 @@ end: the server (`core.bench.fakes.mcp_server`) runs over stdio, its tools reach
 
 The runtime has the built-ins and the MCP plugin only: with the memory tools offered too, the
 135M model often picks `write_memory` or `structured_memory_*` for every ask (its choice, not
-the platform's), and the test proves nothing about MCP. The MCP path is the same either way."""
+the platform's), and the test proves nothing about MCP. The MCP path is the same either way.
+Each ask has a chat of its own, so a failed ask's turns do not crowd the next one's window."""
 
 from __future__ import annotations
 
@@ -53,10 +54,12 @@ async def test_a_real_model_calls_an_mcp_tool_over_stdio(
             while mcp.servers[0].state != "up":
                 assert time.monotonic() < deadline, mcp.servers[0].status()
                 await asyncio.sleep(0.1)
-            chat = runtime.store.get_or_create_chat("terminal", "local")
-            for text in ASKS:
-                reply = await runtime.dispatcher(Inbound("terminal", "local", text))
+            for index, text in enumerate(ASKS):
+                # A chat per ask: an earlier ask's turns never fill the 2048-token window.
+                chat_id = f"ask{index}"
+                reply = await runtime.dispatcher(Inbound("terminal", chat_id, text))
                 assert reply is not None and not reply.is_error, reply
+                chat = runtime.store.get_or_create_chat("terminal", chat_id)
                 stored = runtime.store.messages_between(chat.id, 0, 1000)
                 if any(m.role == "tool" for m in stored):
                     break
