@@ -33,8 +33,10 @@ MnemoError
     └── TranscriptionFailed  no transcription server, over the caps, or the server failed
 
 Other packages subclass these where a caller must tell a case apart:
-`memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact) and
-`bots.telegram_webhook.NotStored` (a StorageError: Telegram is answered 503 and resends).
+`memory.keeper.FactRefused` (a ToolError: the quality gate refused a fact),
+`core.mcp.http_session.McpRefused` (a ToolError: an MCP server over HTTP said no, e.g. HTTP 429;
+it stays up) and `bots.telegram_webhook.NotStored` (a StorageError: Telegram is answered 503
+and resends).
 Only the test harnesses in `core/bench/fakes/` raise errors outside this tree, on purpose.
 """
 

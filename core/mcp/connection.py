@@ -1,5 +1,6 @@
-"""One MCP server: its connection (stdio or streamable HTTP), kept up with restarts and
-backoff, its current tools, and calling one with a timeout.
+"""One MCP server: its connection (stdio on the SDK's `ClientSession`, streamable HTTP on
+Mnemo's own `McpHttpSession`), kept up with restarts and backoff, its current tools, and
+calling one with a timeout.
 
 `run()` is the server's background job: it connects, lists the tools, lists them again on
 `tools/list_changed`, pings while idle, and reconnects after a crash (1 s, 2 s, 4 s … up
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from mcp import ClientSession
     from mcp.types import CallToolResult
 
-    from core.mcp.http_client import KeepAliveTransport
+    from core.mcp.http_session import McpHttpSession
+
+    Session = ClientSession | McpHttpSession
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +79,11 @@ class McpServer:
         self.state = "starting"  # "starting", "up", "down"
         self.last_error = ""
         self.restarts = 0
-        self._session: ClientSession | None = None
+        self._session: Session | None = None
         self._wake = asyncio.Event()  # a crash seen by a call, or tools/list_changed
         self._relist = False
         self._broken = False
         self._served = False
-        self._http: KeepAliveTransport | None = None  # over HTTP: the last error status
 
     @property
     def name(self) -> str:
@@ -136,7 +138,7 @@ class McpServer:
             while not self._broken:
                 await self._idle(session)
 
-    async def _idle(self, session: ClientSession) -> None:
+    async def _idle(self, session: Session) -> None:
         """Wait for a wake-up or the ping interval; relist or ping as needed."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), PING_EVERY_S)
@@ -150,7 +152,7 @@ class McpServer:
             else:
                 await session.send_ping()
 
-    async def list_tools(self, session: ClientSession) -> None:
+    async def list_tools(self, session: Session) -> None:
         """Read every page of the server's tools into `tools`, named and cleaned."""
         listed = []
         cursor: str | None = None
@@ -177,43 +179,35 @@ class McpServer:
         )
 
     @contextlib.asynccontextmanager
-    async def connect(self) -> AsyncIterator[ClientSession]:
+    async def connect(self) -> AsyncIterator[Session]:
+        if self.config.url:
+            from core.mcp.http_session import McpHttpSession, http_client
+
+            url, most = self.config.url, MAX_SSE_EVENT_BYTES
+            async with (
+                http_client(self.headers()) as client,
+                McpHttpSession(url, client, self._tools_changed, most) as session,
+            ):
+                yield session
+            return
         from mcp import ClientSession
 
         async with (
-            self._transport() as (read, write),
-            ClientSession(read, write, message_handler=self._on_message) as session,
+            self._stdio() as (read, write),
+            ClientSession(read, write, message_handler=self._on_message) as stdio_session,
         ):
-            yield session
+            yield stdio_session
 
     @contextlib.asynccontextmanager
-    async def _transport(self) -> AsyncIterator[Any]:
-        if self.config.command:
-            from mcp.client.stdio import (
-                StdioServerParameters,
-                get_default_environment,
-                stdio_client,
-            )
+    async def _stdio(self) -> AsyncIterator[Any]:
+        from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
-            env = {**get_default_environment(), **self.config.env}
-            command, args = niced_command(self.config.command, self.config.args, env.get("PATH"))
-            params = StdioServerParameters(command=command, args=args, env=env)
-            with self._errlog() as errlog:
-                async with stdio_client(params, errlog=errlog) as streams:
-                    yield streams
-            return
-        from mcp.client.streamable_http import streamable_http_client
-
-        from core.mcp.http_client import KeepAliveTransport, keep_alive_client
-
-        self._http = KeepAliveTransport()
-        async with (
-            keep_alive_client(headers=self.headers(), transport=self._http) as client,
-            streamable_http_client(
-                self.config.url, http_client=client, max_sse_event_size=MAX_SSE_EVENT_BYTES
-            ) as streams,
-        ):
-            yield streams
+        env = {**get_default_environment(), **self.config.env}
+        command, args = niced_command(self.config.command, self.config.args, env.get("PATH"))
+        params = StdioServerParameters(command=command, args=args, env=env)
+        with self._errlog() as errlog:
+            async with stdio_client(params, errlog=errlog) as streams:
+                yield streams
 
     @contextlib.contextmanager
     def _errlog(self) -> Iterator[TextIO]:
@@ -238,15 +232,8 @@ class McpServer:
         return lines[-1].strip()[:200] if lines else ""
 
     def explain(self, exc: BaseException) -> str:
-        """Why a connection or call failed, with the HTTP status the server answered (the
-        SDK says only "Server returned an error response")."""
-        text = describe(exc)
-        refusal = self._http.last_refusal if self._http else ""
-        if refusal and refusal not in text:
-            text = f"{text}: {refusal}"
-        if refusal.startswith(("HTTP 401", "HTTP 403")):
-            text += " (check headers and bearer_token_env)"
-        return text
+        """Why a connection or call failed (an HTTP server's refusals name their status)."""
+        return describe(exc)
 
     def headers(self) -> dict[str, str]:
         """The configured headers, with `Authorization: Bearer` from `bearer_token_env`."""
@@ -262,10 +249,14 @@ class McpServer:
         from mcp.types import ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
-            self._relist = True
-            self._wake.set()
+            self._tools_changed()
         elif isinstance(message, Exception):
             logger.warning("MCP server %s: transport error: %s", self.name, message)
+
+    def _tools_changed(self) -> None:
+        """The server's tools changed (`tools/list_changed`, a new HTTP session): relist."""
+        self._relist = True
+        self._wake.set()
 
     async def call(self, tool: McpTool, args: dict[str, Any]) -> str:
         """The tool's result as text; a failure raises `ToolError` with a reason the model
@@ -280,6 +271,8 @@ class McpServer:
             raise ToolError(
                 f"{tool.name} timed out after {self.config.timeout:g} s (MCP server {self.name})"
             ) from exc
+        except ToolError as exc:  # the server is up and refused (HTTP 429, 500, …): no restart
+            raise ToolError(f"MCP server {self.name}: {tool.name} failed: {exc}") from exc
         except Exception as exc:
             reason = f"failed during {tool.name}: {self.explain(exc)}"
             if session is self._session:
@@ -290,7 +283,13 @@ class McpServer:
         return result_text(result)
 
 
-SDK_MODULES = ("mcp", "mcp.types", "mcp.client.stdio", "mcp.client.streamable_http")
+SDK_MODULES = (
+    "mcp",
+    "mcp.types",
+    "mcp.client.stdio",
+    "mcp.client.streamable_http",
+    "core.mcp.http_session",
+)
 
 
 async def load_sdk() -> None:

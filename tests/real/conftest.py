@@ -8,12 +8,13 @@ a time, so tests that share a server run one after the other, as pytest runs the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
 
+from bots.plugins import PLUGINS
 from bots.runtime import Runtime, build_runtime
 from core.bench.fakes.llama_server import (
     MODEL_ALIAS,
@@ -25,6 +26,7 @@ from core.bench.fakes.llama_server import (
     strict_template_gguf,
 )
 from core.config import Config
+from core.turn.hooks import Plugin
 from tests.conftest import make_config
 
 N_CTX = 2048
@@ -83,11 +85,14 @@ RuntimeFactory = Callable[..., AbstractAsyncContextManager[Runtime]]
 
 @pytest.fixture
 def real_runtime(tmp_path: Path) -> RuntimeFactory:
-    """`async with real_runtime(server, **sections) as runtime:` every plugin, started."""
+    """`async with real_runtime(server, **sections) as runtime:` every plugin (or those given
+    as `plugins=`), started."""
 
     @asynccontextmanager
-    async def start(server: LlamaServer, **sections: dict[str, object]) -> AsyncIterator[Runtime]:
-        runtime = build_runtime(real_config(tmp_path / "data", server, **sections))
+    async def start(
+        server: LlamaServer, plugins: Sequence[Plugin] = PLUGINS, **sections: dict[str, object]
+    ) -> AsyncIterator[Runtime]:
+        runtime = build_runtime(real_config(tmp_path / "data", server, **sections), plugins)
         await runtime.start()
         try:
             yield runtime
