@@ -91,6 +91,7 @@ class Dispatcher:
         self._waiters: dict[int, _Waiter] = {}  # inbound id → the caller waiting on it
         self._running: dict[int, int] = {}  # chat id → inbound id whose turn runs
         self._told: set[int] = set()  # inbound ids whose unrecorded error reply went out
+        self._arrived: set[int] = set()  # chats with a message received since their last flush
         self._stopping = False
         agent.outgoing.bind(self.wake)
 
@@ -136,6 +137,7 @@ class Dispatcher:
             return done
         self._waiters[message.id] = _Waiter(message.chat.id, done)
         done.add_done_callback(lambda _: self._waiters.pop(message.id, None))
+        self._arrived.add(message.chat.id)
         self._wake(message.chat.id)
         return done
 
@@ -205,6 +207,7 @@ class Dispatcher:
             logger.exception("the turns of chat %d stopped; its messages stay pending", chat_id)
         finally:
             del self._workers[chat_id]
+            self._arrived.discard(chat_id)
             self._release(lambda inbound_id, waiter: waiter.chat_id == chat_id)
 
     def _owed(self, chat_id: int, tried: int) -> bool:
@@ -222,7 +225,9 @@ class Dispatcher:
 
     async def _take_turns(self, lease: TurnLease, tried: int) -> int:
         """Deliver what is owed, then answer the pending messages oldest first. Once a
-        delivery failed, the chat's replies wait (in order) for the next sweep or start."""
+        delivery failed, the chat's replies wait (in order) for the next sweep or start, or
+        for a new message: one received since the failure tries the owed replies again, as a
+        new worker would (whether the chat's worker was still running must not matter)."""
         delivering = await self._flush(lease.chat_id)
         while not self._stopping:
             message = self._store.next_pending(lease.chat_id, tried)
@@ -234,6 +239,7 @@ class Dispatcher:
             except LeaseLost as exc:
                 logger.warning("chat %s: %s; leaving it to that process", message.chat.key, exc)
                 break
+            delivering = delivering or lease.chat_id in self._arrived
             delivering = await self._hand_over(message, reply, delivering)
         return tried
 
@@ -304,6 +310,7 @@ class Dispatcher:
 
     async def _flush(self, chat_id: int) -> bool:
         """Deliver the chat's undelivered replies, oldest first; False when one failed."""
+        self._arrived.discard(chat_id)
         for reply in self._store.undelivered(chat_id, self._max_attempts):
             if not await self._deliver(reply):
                 return False

@@ -15,7 +15,7 @@ import pytest
 
 from bots.runtime import Runtime, build_runtime
 from core import plugin as default_plugin
-from core.api import Extension, Inbound, TurnContext
+from core.api import Extension, Inbound, Outbound, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, echo_responder
 from core.config import Config
 from core.turn.dispatcher import CRASH_REPLY, FULL_REPLY, NOT_STORED_FULL_REPLY, Dispatcher
@@ -204,6 +204,36 @@ async def test_a_failed_send_is_retried_and_recorded(rt: Runtime) -> None:
     assert len(channel.failed) == 2
     totals = rt.deliveries.delivery_totals()
     assert (totals.replies, totals.delivered, totals.failed_attempts) == (1, 1, 2)
+
+
+class ReceivesWhileFailing(RecordingChannel):
+    """Fails every send until the last failing one, during which a new message arrives:
+    the chat's worker is still running when it is received."""
+
+    def __init__(self, dispatcher: Dispatcher, failures: int, arriving: Inbound) -> None:
+        super().__init__()
+        self.fail_next(failures)
+        self._dispatcher = dispatcher
+        self._arriving = arriving
+        self.answer: asyncio.Future[Any] | None = None
+
+    async def send(self, message: Outbound) -> None:
+        if self._failures == 1 and self.answer is None:  # the last send that fails
+            self.answer = self._dispatcher.receive(self._arriving)
+        await super().send(message)
+
+
+async def test_a_message_arriving_after_a_failed_delivery_retries_it_at_once(
+    rt: Runtime,
+) -> None:
+    attempts = 1 + len(FAST_RETRIES)
+    channel = ReceivesWhileFailing(rt.dispatcher, attempts, said("second"))
+    rt.dispatcher.attach(channel)
+    await rt.dispatcher(said("first"))  # all of its sends fail; "second" came in meanwhile
+    assert channel.answer is not None
+    await asyncio.wait_for(channel.answer, 10)
+    assert channel.texts() == ["echo: first", "echo: second"]  # no wait for a sweep
+    assert len(channel.failed) == attempts
 
 
 async def test_undelivered_replies_go_out_after_a_restart(config: Config) -> None:
