@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import Any, TypeVar, Unpack
 
 from core.clock import iso_utc, now_iso, utc_now
 from core.errors import InputError
@@ -59,6 +59,7 @@ _COLUMNS = (
 _M_COLUMNS = ", ".join("m." + column.strip() for column in _COLUMNS.split(","))
 _ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
 _CHUNK = 500  # ids per statement (SQLite binds each one)
+_Row = TypeVar("_Row")  # what `_rows_by_ids` makes of a row
 
 
 def _scope(chat_id: int | None) -> tuple[str, tuple[Any, ...]]:
@@ -344,21 +345,21 @@ class DatabaseMemoryStore:
     def by_ids(self, ids: Sequence[int]) -> dict[int, Memory]:
         """The memories among `ids`, in the order asked (ranking reads its candidates best
         first, and `memory.memory_candidates` reads their order from the dict)."""
-        wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
-        found: dict[int, Memory] = {}
-        for start in range(0, len(wanted), _CHUNK):
-            among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
-            rows = self.db.read(f"SELECT {_COLUMNS} FROM memories WHERE {among}", params)
-            found.update((int(row[0]), memory_from_row(row)) for row in rows)
-        return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
+        return self._rows_by_ids(ids, _COLUMNS, memory_from_row)
 
     def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
+        return self._rows_by_ids(ids, "id, chat_id, content, created_at", lambda r: RankText(*r))
+
+    def _rows_by_ids(
+        self, ids: Sequence[int], columns: str, make: Callable[[Any], _Row]
+    ) -> dict[int, _Row]:
+        """`make(row)` of the rows among `ids` (`columns` start with `id`), in the order asked."""
         wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
-        found: dict[int, RankText] = {}
+        found: dict[int, _Row] = {}
         for start in range(0, len(wanted), _CHUNK):
             among, params = self.db.dialect.in_values("id", wanted[start : start + _CHUNK])
-            sql = f"SELECT id, chat_id, content, created_at FROM memories WHERE {among}"
-            found.update((int(row[0]), RankText(*row)) for row in self.db.read(sql, params))
+            rows = self.db.read(f"SELECT {columns} FROM memories WHERE {among}", params)
+            found.update((int(row[0]), make(row)) for row in rows)
         return {memory_id: found[memory_id] for memory_id in wanted if memory_id in found}
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:
