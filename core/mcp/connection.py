@@ -283,13 +283,7 @@ class McpServer:
         return result_text(result)
 
 
-SDK_MODULES = (
-    "mcp",
-    "mcp.types",
-    "mcp.client.stdio",
-    "mcp.client.streamable_http",
-    "core.mcp.http_session",
-)
+SDK_MODULES = ("mcp", "mcp.types", "mcp.client.stdio", "core.mcp.http_session")
 
 
 async def load_sdk() -> None:

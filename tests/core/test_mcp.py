@@ -364,7 +364,7 @@ async def main():
     mute = ["-c", "import time; time.sleep(30)"]
     server = McpServer(McpServerConfig(name="m", command=sys.executable, args=mute))
     task = asyncio.create_task(server.run())
-    while "mcp.client.streamable_http" not in sys.modules or len(gaps) < 5:
+    while "core.mcp.http_session" not in sys.modules or len(gaps) < 5:
         tick = time.monotonic()
         await asyncio.sleep(0.005)
         gaps.append(time.monotonic() - tick)
