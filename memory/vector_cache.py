@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -171,16 +172,14 @@ class ChatVectors:
         places = self._candidates(vector, k) if len(self.base_ids) else np.zeros(0, np.int64)
         wanted = self._places(also)
         places = np.union1d(places, wanted) if len(wanted) else places
-        keys = list(self.recent)
-        ids = np.concatenate([self.base_ids[places], np.asarray(keys, dtype=np.int64)])
+        keys, recent = self.recent_rows
+        ids = np.concatenate([self.base_ids[places], keys])
         sims = np.concatenate(
             [
                 self.base[places].astype(np.float32) @ vector
                 if len(places)
                 else np.zeros(0, np.float32),
-                np.stack([self.recent[key] for key in keys]) @ vector
-                if keys
-                else np.zeros(0, np.float32),
+                recent @ vector if len(keys) else np.zeros(0, np.float32),
             ]
         )
         count = min(k, len(ids))
@@ -189,6 +188,15 @@ class ChatVectors:
         nearest = list(zip(ids[best].tolist(), sims[best].astype(float).tolist(), strict=True))
         found = dict(zip(ids.tolist(), sims.astype(float).tolist(), strict=True))
         return nearest, {memory_id: found[memory_id] for memory_id in also if memory_id in found}
+
+    @cached_property
+    def recent_rows(self) -> tuple[Any, Any]:
+        """The recent vectors' ids and float32 matrix, stacked at the first search of these
+        vectors, not at every one (a recent segment grows to thousands before a merge)."""
+        keys = np.fromiter(self.recent, np.int64, len(self.recent))
+        if not len(keys):
+            return keys, np.zeros((0, 0), np.float32)
+        return keys, np.stack(list(self.recent.values()))
 
     def _places(self, memory_ids: Sequence[int]) -> Any:
         """Base positions of the live ones among `memory_ids` that are not recent ones."""
