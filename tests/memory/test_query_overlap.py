@@ -81,6 +81,24 @@ def test_slow_or_fast_embedder_gives_the_same_ranking(engine: Engine, embedder: 
     assert new in {memory_id for memory_id, _ in again[0]}
 
 
+def test_a_query_ranked_again_reuses_its_vector_without_a_thread(
+    engine: Engine, embedder: Embedder
+) -> None:
+    """The tool loop ranks the same query on every model call of a turn: the vector made
+    for the first ranking is handed back at once, not asked of a worker again."""
+    chat_id = engine.chat("a")
+    store = engine.store(embedder)
+    for fact in FACTS:
+        store.add(chat_id, fact, "EVENT", source="t")
+    slow = SlowEmbedder(embedder, 0.05)
+    first = rank_memories(engine.store(slow), chat_id, QUESTIONS[0], 3)
+    again = rank_memories(engine.store(slow), chat_id, QUESTIONS[0], 3)
+    assert [(r.memory.id, r.score) for r in again] == [(r.memory.id, r.score) for r in first]
+    assert len(slow.threads) == 1  # the embedder was not asked again
+    rank_memories(engine.store(slow), chat_id, QUESTIONS[1], 3)  # another query: embedded
+    assert len(slow.threads) == 2
+
+
 def test_an_embedder_error_reaches_the_caller_and_the_next_ranking_works(
     engine: Engine, embedder: Embedder
 ) -> None:
