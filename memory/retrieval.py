@@ -113,7 +113,7 @@ def _hybrid(
     pending = start_query_vector(embedder, query, name_free)
     keyword = dict(bm25_ids(store, chat_id, query, depth))
     vectors = chat_vectors(store, chat_id)
-    if early is not None and keyword:
+    if early is not None and keyword and not pending.done():  # else one read after fusion
         early.update(store.rank_texts(list(keyword)))
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
