@@ -25,7 +25,16 @@ from memory.keyword_cache import KEYWORD_LISTS, KEYWORDS
 from memory.posting_snapshot import lists_arrays
 from memory.snapshot_arrays import pack_arrays
 from memory.store import MemoryStore, RankSnapshot
-from memory.vector_cache import CHAT_VECTORS, VECTORS, vector_model, vectors_arrays
+from memory.vector_cache import (
+    CHAT_VECTORS,
+    VECTOR_CODES,
+    VECTORS,
+    codes_arrays,
+    vector_model,
+    vectors_arrays,
+)
+
+Saving = tuple[str, Callable[[Any], dict[str, Any]], str]  # kind, its arrays, its model
 
 CHECKPOINT_CHANGES = 500  # a saved snapshot behind by this many changed memories is renewed
 
@@ -45,20 +54,26 @@ def checkpoint(
     store: MemoryStore, chat_id: int | None, least: int = CHECKPOINT_CHANGES
 ) -> list[str]:
     """Save the chat's keyword lists and vectors where the saved ones are missing or behind
-    by `least` changed memories (0: always); the kinds saved. Builds what is not held."""
-    kinds: list[tuple[str, Derivation[Any], Callable[[Any], dict[str, Any]], str]] = [
-        (KEYWORDS, KEYWORD_LISTS, lists_arrays, "")
+    by `least` changed memories (0: always); the kinds saved. Builds what is not held. The
+    vectors and their codes (`VECTOR_CODES`) are saved together, in one transaction, so
+    both always carry the same marks."""
+    groups: list[tuple[Derivation[Any], list[Saving]]] = [
+        (KEYWORD_LISTS, [(KEYWORDS, lists_arrays, "")])
     ]
     if store.embedder is not None and store.vectors_unavailable() is None:
-        kinds.append((VECTORS, CHAT_VECTORS, vectors_arrays, vector_model(store)))
+        model = vector_model(store)
+        pair: list[Saving] = [(VECTORS, vectors_arrays, model), (VECTOR_CODES, codes_arrays, model)]
+        groups.append((CHAT_VECTORS, pair))
     saved = []
-    for kind, derivation, arrays, model in kinds:
-        if least and not _behind(store, chat_id, kind, least):
+    for derivation, kinds in groups:
+        if least and not any(_behind(store, chat_id, kind, least) for kind, _, _ in kinds):
             continue
         marks, value = current_entry(store, chat_id, derivation)
-        blob = pack_arrays(arrays(value))
-        store.save_rank_snapshot(chat_id, kind, RankSnapshot(marks, model, blob))
-        saved.append(kind)
+        blobs = [(kind, pack_arrays(arrays(value)), model) for kind, arrays, model in kinds]
+        with store.transaction():
+            for kind, blob, model in blobs:
+                store.save_rank_snapshot(chat_id, kind, RankSnapshot(marks, model, blob))
+        saved += [kind for kind, _, _ in kinds]
     return saved
 
 

@@ -18,7 +18,7 @@ from memory.retrieval import rank_memories
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import MemoryStore
 from memory.stores import memory_store
-from memory.vector_cache import VECTORS, ChatVectors, chat_vectors
+from memory.vector_cache import VECTOR_CODES, VECTORS, ChatVectors, chat_vectors
 from memory.warm_up import warm_memories
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
@@ -63,7 +63,7 @@ def _ranked(store: MemoryStore, chat: int, query: str) -> list[int]:
 
 def test_a_new_connection_loads_the_saved_lists_and_grows_them(engine: Engine) -> None:
     store, chat, ids = _filled(engine)
-    assert checkpoint(store, chat, 0) == [KEYWORDS, VECTORS]
+    assert checkpoint(store, chat, 0) == [KEYWORDS, VECTORS, VECTOR_CODES]
     storage, again = _reopened(engine)
     try:
         lists = keyword_lists(again, chat)
@@ -171,15 +171,15 @@ def test_vectors_of_another_model_are_not_loaded(engine: Engine) -> None:
 
 def test_checkpoints_save_only_what_is_behind(engine: Engine) -> None:
     store, chat, _ = _filled(engine)
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS]  # none saved yet
+    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS, VECTOR_CODES]  # none saved yet
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "one more", "EVENT", source="t")
     store.add(chat, "two more", "EVENT", source="t")
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "three more", "EVENT", source="t")
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS]
+    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS, VECTOR_CODES]
     store.add(chat, "a fourth", "EVENT", source="t")
-    assert checkpoint_held(store, least=1) == 2  # the chats held in this process
+    assert checkpoint_held(store, least=1) == 3  # the chats held in this process
 
 
 def test_the_warm_up_saves_and_the_next_start_loads(engine: Engine) -> None:
@@ -214,29 +214,29 @@ def test_a_loaded_base_merges_and_renumbers_from_term_numbers(
 
 def test_postgresql_reads_the_vector_snapshot_ahead_of_the_keyword_lists(engine: Engine) -> None:
     """A chat's first query on PostgreSQL: reading its keyword snapshot starts reading its
-    vector snapshot on another connection, which the vector load then takes (SQLite reads
+    vectors' sign codes on another connection, which the vector load then takes (SQLite reads
     each when asked). What is read ahead equals a plain read; saving or dropping snapshots
     drops a read-ahead, so a forgotten memory's vector never comes back through one."""
     store, chat, ids = _filled(engine)
     checkpoint(store, chat, 0)
-    plain = {kind: store.rank_snapshot(chat, kind) for kind in (VECTORS, KEYWORDS)}
+    plain = {kind: store.rank_snapshot(chat, kind) for kind in (VECTOR_CODES, KEYWORDS)}
     storage, again = _reopened(engine)
     try:
         reader = again._snapshots  # type: ignore[attr-defined]
         keywords = again.rank_snapshot(chat, KEYWORDS)
-        vectors = again.rank_snapshot(chat, VECTORS)
-        assert (keywords, vectors) == (plain[KEYWORDS], plain[VECTORS])
+        vectors = again.rank_snapshot(chat, VECTOR_CODES)
+        assert (keywords, vectors) == (plain[KEYWORDS], plain[VECTOR_CODES])
         assert reader.served_ahead == (1 if engine.name == "postgresql" else 0)
         assert _ranked(again, chat, "violin Lisbon")[0] == ids[0]  # its first query
         served = reader.served_ahead
         assert served == (2 if engine.name == "postgresql" else 0)
         again.rank_snapshot(chat, KEYWORDS)
         again.forget(ids[0], forgotten_by="user")  # drops the snapshots and the read-ahead
-        assert again.rank_snapshot(chat, VECTORS) is None
+        assert again.rank_snapshot(chat, VECTOR_CODES) is None
         assert reader.served_ahead == served
     finally:
         storage.close()
     bm25_only = memory_store(engine.storage)  # no embedder: nothing read ahead
     bm25_only.rank_snapshot(chat, KEYWORDS)
-    bm25_only.rank_snapshot(chat, VECTORS)
+    bm25_only.rank_snapshot(chat, VECTOR_CODES)
     assert bm25_only._snapshots.served_ahead == 0  # type: ignore[attr-defined]

@@ -1,0 +1,105 @@
+"""A chat's float16 vector rows while their saved block is still on its way (PostgreSQL).
+
+At 100,000 memories the vector snapshot is 74 MB: the server detoasting it and this process
+receiving it took most of a chat's first query after a start (~0.25 s of server CPU alone,
+seconds at load). The search needs only a few hundred rows of it: the nearest sign codes
+(`memory.vector_cache`, saved apart as 5.6 MB, `VECTOR_CODES`) and the keyword hits. So
+until the block is here, `PendingBase` answers the rows asked for from the store's float32
+vectors (one statement, `MemoryStore.vector_rows`), made float16 exactly as a build makes
+them (the same scores as the loaded block: the same bits), and then starts reading the
+block on another connection (`MemoryStore.rank_snapshot_later`); once it has arrived, rows
+come from it. Merging or saving the vectors waits for it.
+
+A row the store no longer returns (archived or expired since the snapshot; such a memory
+never reaches the results) is zeros. A block that turns out not to match (a newer snapshot
+saved in between) is made from the store's rows instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+Rows = Callable[[Any], Any]  # ids (ascending) -> float16 matrix, one row each
+Block = Callable[[], "Future[Any]"]  # starts reading the block: its float16 matrix, or None
+
+
+class PendingBase:
+    """The float16 base rows of `ChatVectors` (ids ascending), read row by row until the
+    whole block (started at the first rows asked for) has arrived. Behaves as the array for
+    what `ChatVectors` does with it: rows by positions, a boolean mask, its shape."""
+
+    def __init__(self, ids: Any, dims: int, rows: Rows, block: Block) -> None:
+        self.ids = ids
+        self.shape = (len(ids), dims)
+        self.size = len(ids) * dims
+        self.dtype = np.dtype(np.float16)
+        self._rows = rows
+        self._start = block
+        self._future: Future[Any] | None = None
+        self._block: Any = None
+        self._lock = threading.Lock()
+        self.served_by_rows = 0  # searches answered before the block (tests, benchmarks)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the block has arrived (and was taken)."""
+        return self._block is not None
+
+    def __getitem__(self, key: Any) -> Any:
+        positions = np.asarray(key)
+        if positions.dtype == bool or not np.issubdtype(positions.dtype, np.integer):
+            return self.block()[key]
+        ready = self._arrived()
+        if ready is not None:
+            return ready[positions]
+        found = self._rows(self.ids[positions])
+        self.served_by_rows += 1
+        self._begin()
+        return found
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        block = self.block()
+        return block if dtype is None else block.astype(dtype)
+
+    def block(self) -> Any:
+        """The whole float16 block, waiting for it (or reading it now) if need be."""
+        self._begin()
+        assert self._future is not None
+        return self._taken(self._future)
+
+    def _begin(self) -> None:
+        with self._lock:
+            if self._future is None and self._block is None:
+                self._future = self._start()
+
+    def _arrived(self) -> Any:
+        if self._block is not None:
+            return self._block
+        future = self._future
+        if future is None or not future.done():
+            return None
+        return self._taken(future)
+
+    def _taken(self, future: Future[Any]) -> Any:
+        if self._block is not None:
+            return self._block
+        try:
+            block = future.result()
+        except Exception as exc:  # the other connection failed: the rows are still here
+            logger.warning("reading the saved vectors failed (%s); reading their rows", exc)
+            block = None
+        if block is None or block.shape != self.shape:
+            block = self._rows(self.ids)
+        self._block = block
+        return block
