@@ -6,13 +6,21 @@ new index; a new process loads them from their saved snapshot (`memory.rank_snap
 
 from __future__ import annotations
 
+import logging
+from functools import partial
+from typing import Any
+
 from memory.chat_cache import Derivation, current, load_saved
 from memory.posting_lists import PostingLists, query_terms
-from memory.posting_snapshot import lists_from_arrays
+from memory.posting_snapshot import lists_from_arrays, saved_docs
+from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore
+
+logger = logging.getLogger(__name__)
 
 CACHE_MEMORIES = 200_000  # memories kept in posting lists per connection, across chats
 KEYWORDS = "keywords"  # the kind of their saved snapshots (`memory.rank_snapshots`)
+KEYWORD_DOCS = "keyword docs"  # each memory's term numbers, saved apart (`memory.posting_snapshot`)
 
 
 def _build(store: MemoryStore, chat_id: int | None, previous: PostingLists | None) -> PostingLists:
@@ -28,7 +36,25 @@ def _apply(
 
 
 def _load(store: MemoryStore, chat_id: int | None) -> tuple[Marks, PostingLists] | None:
-    return load_saved(store, chat_id, KEYWORDS, "", lists_from_arrays)
+    """The saved lists; their memories' term numbers (`KEYWORD_DOCS`) are read at the first
+    change, and taken only from the snapshot saved with these lists (the same marks)."""
+    marks: list[Marks] = []  # the lists' own, once read
+
+    def docs() -> dict[str, Any] | None:
+        saved = store.rank_snapshot(chat_id, KEYWORD_DOCS)
+        if saved is None or [saved.marks] != marks:
+            return None
+        try:
+            return saved_docs(unpack_arrays(saved.data))
+        except (ValueError, KeyError) as exc:
+            logger.warning("the saved keyword docs of chat %s are unreadable (%s)", chat_id, exc)
+            return None
+
+    deferred = (docs, partial(store.ranking_rows, chat_id))
+    found = load_saved(store, chat_id, KEYWORDS, "", partial(lists_from_arrays, deferred=deferred))
+    if found is not None:
+        marks.append(found[0])
+    return found
 
 
 KEYWORD_LISTS: Derivation[PostingLists] = Derivation(

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.chat_cache import Derivation, current_entry, held_chats
-from memory.keyword_cache import KEYWORD_LISTS, KEYWORDS
-from memory.posting_snapshot import lists_arrays
+from memory.keyword_cache import KEYWORD_DOCS, KEYWORD_LISTS, KEYWORDS
+from memory.posting_snapshot import lists_arrays, split_arrays
 from memory.snapshot_arrays import pack_arrays
 from memory.store import MemoryStore, RankSnapshot
 from memory.vector_cache import (
@@ -34,7 +34,7 @@ from memory.vector_cache import (
     vectors_arrays,
 )
 
-Saving = tuple[str, Callable[[Any], dict[str, Any]], str]  # kind, its arrays, its model
+Snapshots = Callable[[Any], dict[str, dict[str, Any]]]  # held data -> each kind's arrays
 
 CHECKPOINT_CHANGES = 500  # a saved snapshot behind by this many changed memories is renewed
 
@@ -50,30 +50,39 @@ def _behind(store: MemoryStore, chat_id: int | None, kind: str, least: int) -> b
     return bool(changes.pruned_through) or len(changes.memory_ids) >= least
 
 
+def _keyword_snapshots(lists: Any) -> dict[str, dict[str, Any]]:
+    scoring, docs = split_arrays(lists_arrays(lists))
+    return {KEYWORDS: scoring, KEYWORD_DOCS: docs}
+
+
+def _vector_snapshots(vectors: Any) -> dict[str, dict[str, Any]]:
+    arrays = vectors_arrays(vectors)
+    return {VECTORS: arrays, VECTOR_CODES: codes_arrays(arrays)}
+
+
 def checkpoint(
     store: MemoryStore, chat_id: int | None, least: int = CHECKPOINT_CHANGES
 ) -> list[str]:
     """Save the chat's keyword lists and vectors where the saved ones are missing or behind
     by `least` changed memories (0: always); the kinds saved. Builds what is not held. The
-    vectors and their codes (`VECTOR_CODES`) are saved together, in one transaction, so
-    both always carry the same marks."""
-    groups: list[tuple[Derivation[Any], list[Saving]]] = [
-        (KEYWORD_LISTS, [(KEYWORDS, lists_arrays, "")])
+    kinds of one derivation (the lists and their docs, the vectors and their codes) are
+    saved together, in one transaction, so they always carry the same marks."""
+    groups: list[tuple[Derivation[Any], tuple[str, ...], str, Snapshots]] = [
+        (KEYWORD_LISTS, (KEYWORDS, KEYWORD_DOCS), "", _keyword_snapshots)
     ]
     if store.embedder is not None and store.vectors_unavailable() is None:
-        model = vector_model(store)
-        pair: list[Saving] = [(VECTORS, vectors_arrays, model), (VECTOR_CODES, codes_arrays, model)]
-        groups.append((CHAT_VECTORS, pair))
-    saved = []
-    for derivation, kinds in groups:
-        if least and not any(_behind(store, chat_id, kind, least) for kind, _, _ in kinds):
+        pair = (VECTORS, VECTOR_CODES)
+        groups.append((CHAT_VECTORS, pair, vector_model(store), _vector_snapshots))
+    saved: list[str] = []
+    for derivation, kinds, model, snapshots in groups:
+        if least and not any(_behind(store, chat_id, kind, least) for kind in kinds):
             continue
         marks, value = current_entry(store, chat_id, derivation)
-        blobs = [(kind, pack_arrays(arrays(value)), model) for kind, arrays, model in kinds]
+        blobs = {kind: pack_arrays(arrays) for kind, arrays in snapshots(value).items()}
         with store.transaction():
-            for kind, blob, model in blobs:
+            for kind, blob in blobs.items():
                 store.save_rank_snapshot(chat_id, kind, RankSnapshot(marks, model, blob))
-        saved += [kind for kind, _, _ in kinds]
+        saved += list(blobs)
     return saved
 
 

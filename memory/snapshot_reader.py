@@ -6,10 +6,10 @@ codes are on their way while the keyword lists load, instead of after them; the 
 float16 rows (74 MB) are read later, in the background (`later`, `memory.pending_vectors`).
 
 A chat's first hybrid query loads its keyword lists, then its vectors (`memory.chat_cache`),
-so the codes read ahead are taken by the next read of the store. A read-ahead that
-the next read does not ask for is dropped, and so is any when the store saves or drops
-snapshots (a forgotten memory's), so at most one blob waits in memory, and until the next
-read at most. A snapshot read ahead is as good as one read later: it carries the change-log
+so the codes read ahead are taken by a later read of the store. A read-ahead waits
+until its kind is read or another read-ahead starts, and is dropped when the store saves or
+drops snapshots (a forgotten memory's), so at most one blob (5.6 MB at 100,000 memories)
+waits in memory. A snapshot read ahead is as good as one read later: it carries the change-log
 marks it is current to, and the changes since are applied on top either way. Not inside a
 transaction (the other connection would not see its writes), and not on SQLite (one
 connection, and a local file read).
@@ -68,11 +68,14 @@ class SnapshotReader:
             self._ahead = None
 
     def _take(self, key: Key) -> Future[RankSnapshot | None] | None:
-        """The read-ahead of `key`, if one is under way or done; any other one is dropped."""
+        """The read-ahead of `key`, if one is under way or done; any other one is kept (for
+        the read it was started for: a chat's first change may read its keyword docs
+        between its keyword lists and its vector codes)."""
         with self._lock:
-            ahead, self._ahead = self._ahead, None
-        if ahead is None or ahead[0] != key:
-            return None
+            ahead = self._ahead
+            if ahead is None or ahead[0] != key:
+                return None
+            self._ahead = None
         return ahead[1]
 
     def later(self, scope: int, kind: str) -> Future[RankSnapshot | None]:

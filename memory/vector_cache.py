@@ -225,10 +225,11 @@ def vectors_arrays(vectors: ChatVectors) -> dict[str, Any]:
     return {"ids": merged.base_ids, "base": merged.base, "codes": merged.codes}
 
 
-def codes_arrays(vectors: ChatVectors) -> dict[str, Any]:
-    """The ids and sign codes of `vectors_arrays`, and the vectors' width (`VECTOR_CODES`)."""
-    arrays = vectors_arrays(vectors)
-    return {"ids": arrays["ids"], "codes": arrays["codes"], "dims": np.asarray(vectors.width({}))}
+def codes_arrays(arrays: dict[str, Any]) -> dict[str, Any]:
+    """The ids and sign codes of `vectors_arrays`' output, and the vectors' width: what is
+    saved as `VECTOR_CODES`."""
+    dims = np.asarray(arrays["base"].shape[1])
+    return {"ids": arrays["ids"], "codes": arrays["codes"], "dims": dims}
 
 
 def vectors_from_arrays(arrays: dict[str, Any]) -> ChatVectors:

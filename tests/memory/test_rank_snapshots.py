@@ -10,9 +10,9 @@ import pytest
 
 from core.storage.engine import Storage
 from memory import posting_lists
-from memory.keyword_cache import KEYWORDS, keyword_lists
+from memory.keyword_cache import KEYWORD_DOCS, KEYWORDS, keyword_lists
 from memory.posting_lists import PackedRows, PostingLists, query_terms
-from memory.posting_snapshot import lists_arrays, lists_from_arrays
+from memory.posting_snapshot import DeferredRows, lists_arrays, lists_from_arrays
 from memory.rank_snapshots import checkpoint, checkpoint_held
 from memory.retrieval import rank_memories
 from memory.snapshot_arrays import unpack_arrays
@@ -63,7 +63,7 @@ def _ranked(store: MemoryStore, chat: int, query: str) -> list[int]:
 
 def test_a_new_connection_loads_the_saved_lists_and_grows_them(engine: Engine) -> None:
     store, chat, ids = _filled(engine)
-    assert checkpoint(store, chat, 0) == [KEYWORDS, VECTORS, VECTOR_CODES]
+    assert checkpoint(store, chat, 0) == [KEYWORDS, KEYWORD_DOCS, VECTORS, VECTOR_CODES]
     storage, again = _reopened(engine)
     try:
         lists = keyword_lists(again, chat)
@@ -171,15 +171,16 @@ def test_vectors_of_another_model_are_not_loaded(engine: Engine) -> None:
 
 def test_checkpoints_save_only_what_is_behind(engine: Engine) -> None:
     store, chat, _ = _filled(engine)
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS, VECTOR_CODES]  # none saved yet
+    every = [KEYWORDS, KEYWORD_DOCS, VECTORS, VECTOR_CODES]
+    assert checkpoint(store, chat, least=3) == every  # none saved yet
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "one more", "EVENT", source="t")
     store.add(chat, "two more", "EVENT", source="t")
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "three more", "EVENT", source="t")
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS, VECTOR_CODES]
+    assert checkpoint(store, chat, least=3) == every
     store.add(chat, "a fourth", "EVENT", source="t")
-    assert checkpoint_held(store, least=1) == 3  # the chats held in this process
+    assert checkpoint_held(store, least=1) == 4  # the chats held in this process
 
 
 def test_the_warm_up_saves_and_the_next_start_loads(engine: Engine) -> None:
@@ -240,3 +241,51 @@ def test_postgresql_reads_the_vector_snapshot_ahead_of_the_keyword_lists(engine:
     bm25_only.rank_snapshot(chat, KEYWORDS)
     bm25_only.rank_snapshot(chat, VECTOR_CODES)
     assert bm25_only._snapshots.served_ahead == 0  # type: ignore[attr-defined]
+
+
+def _merged_scores(lists: PostingLists, query: str) -> list[tuple[int, float]]:
+    """Scores after merging every memory into one base (which reads each one's terms)."""
+    return lists_from_arrays(lists_arrays(lists)).score(query_terms(query), 10)
+
+
+def test_the_memories_terms_are_read_at_the_first_change_not_the_first_query(
+    engine: Engine,
+) -> None:
+    """The lists load without each memory's term numbers (`KEYWORD_DOCS`, saved apart); a
+    query never reads them, the first change does, from the snapshot saved with the lists."""
+    store, chat, ids = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    try:
+        lists = keyword_lists(again, chat)
+        assert isinstance(lists.base.rows, DeferredRows)
+        _ranked(again, chat, "violin Lisbon")
+        assert lists.base.rows._arrays is None  # a query reads no term numbers
+        new = again.add(chat, "Ana tunes the violin in Porto", "EVENT", source="t")
+        again.update(ids[1], "Ben fixed a motorbike on Monday")
+        grown = keyword_lists(again, chat)
+        assert lists.base.rows._arrays is not None and grown.recent.ids.tolist() == [ids[1], new]
+        fresh = PostingLists.build(again.ranking_rows(chat))
+        for query in ("violin Porto", "Ben motorbike", "pasta basil"):
+            assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
+    finally:
+        storage.close()
+
+
+def test_terms_saved_with_newer_lists_are_not_taken(engine: Engine) -> None:
+    """Lists saved anew between loading the lists and their first change: their memories'
+    terms are made again from the texts, and merging still equals a fresh build."""
+    store, chat, ids = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    try:
+        lists = keyword_lists(again, chat)
+        store.update(ids[1], "Ben saw the cherry blossoms")  # the newer lists hold it last
+        checkpoint(store, chat, 0)  # another process: newer lists and docs, same memories
+        grown = keyword_lists(again, chat)  # the edit: its terms are looked up
+        assert lists.base.rows._arrays is not None  # type: ignore[attr-defined]
+        fresh = PostingLists.build(again.ranking_rows(chat))
+        for query in ("cherry blossoms", "kayak summer", "garden fence blue", "Ana violin"):
+            assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
+    finally:
+        storage.close()
