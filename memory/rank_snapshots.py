@@ -1,5 +1,8 @@
-"""Saved ranking data: a chat's keyword posting lists and vectors as one blob each, so a new
-process loads them instead of building them from every memory.
+"""Saved ranking data: a chat's keyword posting lists and vectors, so a new process loads them
+instead of building them from every memory. Four blobs a chat, saved in pairs: the lists
+(`KEYWORDS`) and their memories' term numbers (`KEYWORD_DOCS`, read at the first change
+only); the vectors (`VECTORS`) and their ids and sign codes alone (`VECTOR_CODES`, what a
+first query on PostgreSQL reads, `memory.pending_vectors`).
 
 Each blob (numpy arrays, `memory.snapshot_arrays`) is saved with the change-log marks it is
 current to (`memory_rank_snapshots`, migration m0023). At a chat's first query in a process
