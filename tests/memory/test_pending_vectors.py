@@ -11,9 +11,16 @@ import numpy as np
 from memory.pending_vectors import PendingBase
 from memory.rank_snapshots import checkpoint
 from memory.retrieval import rank_memories
+from memory.snapshot_arrays import unpack_arrays
 from memory.store import MemoryStore, NewMemory
 from memory.stores import memory_store
-from memory.vector_cache import RESCORE_MIN, ChatVectors, chat_vectors, vectors_loaded
+from memory.vector_cache import (
+    RESCORE_MIN,
+    VECTORS,
+    ChatVectors,
+    chat_vectors,
+    vectors_loaded,
+)
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
 
@@ -56,10 +63,11 @@ def test_the_first_query_answers_from_the_codes_before_the_block(engine: Engine)
             assert isinstance(vectors.base, PendingBase) and not vectors.base.loaded
         for query in QUERIES:  # the same ids, the same scores (the same float16 bits)
             assert _search(vectors, query, also) == _search(built, query, also)
+        checkpoint(again, chat, 0)  # saved from what this process holds: waits for the block
+        saved = unpack_arrays(again.rank_snapshot(chat, VECTORS).data)  # type: ignore[union-attr]
+        assert saved is not None and np.array_equal(saved["base"], built.base)
         if isinstance(vectors.base, PendingBase):
-            assert vectors.base.served_by_rows >= 1
-            vectors_loaded(vectors)
-            assert vectors.base.loaded
+            assert vectors.base.served_by_rows >= 1 and vectors.base.loaded
             assert _search(vectors, QUERIES[0], also) == _search(built, QUERIES[0], also)
     finally:
         storage.close()  # type: ignore[attr-defined]
