@@ -289,3 +289,17 @@ def test_terms_saved_with_newer_lists_are_not_taken(engine: Engine) -> None:
             assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
     finally:
         storage.close()
+
+
+def test_saved_weights_are_exact_in_their_narrow_type() -> None:
+    """Weights (sums of 1 and 0.5) are saved as float16 while every one is below 1,024 and
+    as float32 past it; either way the loaded lists score as the built ones."""
+    usual = PostingLists.build([(1, "bee bee honey", "bee"), (2, "honey cake", "")])
+    huge = PostingLists.build([(1, "bee honey", "bee " * 2100), (2, "bee cake", "")])
+    for lists, kind in ((usual, "float16"), (huge, "float32")):
+        arrays = lists_arrays(lists)
+        assert arrays["weights"].dtype.name == kind
+        loaded = lists_from_arrays(arrays)
+        for query in ("bee", "honey cake"):
+            terms = query_terms(query)
+            assert same(loaded.score(terms, 10), lists.score(terms, 10))
