@@ -12,7 +12,7 @@ from typing import Any
 
 from memory.chat_cache import Derivation, current, load_saved
 from memory.posting_lists import PostingLists, query_terms
-from memory.posting_snapshot import lists_from_arrays, saved_docs
+from memory.posting_snapshot import DeferredRows, lists_from_arrays, saved_docs
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore
 
@@ -24,36 +24,46 @@ KEYWORD_DOCS = "keyword docs"  # each memory's term numbers, saved apart (`memor
 
 
 def _build(store: MemoryStore, chat_id: int | None, previous: PostingLists | None) -> PostingLists:
+    if previous is not None:
+        read_docs(store, chat_id, previous)
     return PostingLists.build(store.ranking_rows(chat_id), previous)
 
 
 def _apply(
     store: MemoryStore, chat_id: int | None, previous: PostingLists, ids: list[int]
 ) -> PostingLists:
+    read_docs(store, chat_id, previous)
     rows = store.ranking_rows(chat_id, ids)
     kept = {row[0] for row in rows}
     return previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
 
 
+def read_docs(store: MemoryStore, chat_id: int | None, lists: PostingLists) -> PostingLists:
+    """`lists` with their memories' term numbers read if they were loaded without them
+    (`KEYWORD_DOCS`), taken only from the snapshot saved with them (the same marks)."""
+    rows = lists.base.rows
+    if isinstance(rows, DeferredRows) and not rows.loaded:
+
+        def docs() -> dict[str, Any] | None:
+            saved = store.rank_snapshot(chat_id, KEYWORD_DOCS)
+            if saved is None or saved.marks != rows.marks:
+                return None
+            try:
+                return saved_docs(unpack_arrays(saved.data))
+            except (ValueError, KeyError) as exc:
+                logger.warning("the saved keyword docs of chat %s are unreadable (%s)", chat_id,
+                               exc)  # fmt: skip
+                return None
+
+        rows.read(docs, partial(store.ranking_rows, chat_id))
+    return lists
+
+
 def _load(store: MemoryStore, chat_id: int | None) -> tuple[Marks, PostingLists] | None:
-    """The saved lists; their memories' term numbers (`KEYWORD_DOCS`) are read at the first
-    change, and taken only from the snapshot saved with these lists (the same marks)."""
-    marks: list[Marks] = []  # the lists' own, once read
-
-    def docs() -> dict[str, Any] | None:
-        saved = store.rank_snapshot(chat_id, KEYWORD_DOCS)
-        if saved is None or [saved.marks] != marks:
-            return None
-        try:
-            return saved_docs(unpack_arrays(saved.data))
-        except (ValueError, KeyError) as exc:
-            logger.warning("the saved keyword docs of chat %s are unreadable (%s)", chat_id, exc)
-            return None
-
-    deferred = (docs, partial(store.ranking_rows, chat_id))
-    found = load_saved(store, chat_id, KEYWORDS, "", partial(lists_from_arrays, deferred=deferred))
-    if found is not None:
-        marks.append(found[0])
+    """The saved lists; their memories' term numbers are read at the first change."""
+    found = load_saved(store, chat_id, KEYWORDS, "", lists_from_arrays)
+    if found is not None and isinstance(found[1].base.rows, DeferredRows):
+        found[1].base.rows.marks = found[0]
     return found
 
 

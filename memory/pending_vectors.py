@@ -41,11 +41,14 @@ class PendingBase:
         self.shape = (len(ids), dims)
         self.size = len(ids) * dims
         self.dtype = np.dtype(np.float16)
-        self._rows = rows
-        self._start = block
+        # Both hold the store (so its connection) until the block is taken, then go: a
+        # cached value must not keep its connection alive (the cache is keyed by it, weakly).
+        self._rows: Rows | None = rows
+        self._start: Block | None = block
         self._future: Future[Any] | None = None
         self._block: Any = None
         self._lock = threading.Lock()
+        self._taking = threading.Lock()
         self.served_by_rows = 0  # searches answered before the block (tests, benchmarks)
 
     @property
@@ -58,9 +61,10 @@ class PendingBase:
         if positions.dtype == bool or not np.issubdtype(positions.dtype, np.integer):
             return self.block()[key]
         ready = self._arrived()
-        if ready is not None:
-            return ready[positions]
-        found = self._rows(self.ids[positions])
+        rows = self._rows
+        if ready is not None or rows is None:  # None: the block was just taken
+            return self.block()[positions]
+        found = rows(self.ids[positions])
         self.served_by_rows += 1
         self._begin()
         return found
@@ -75,13 +79,23 @@ class PendingBase:
     def block(self) -> Any:
         """The whole float16 block, waiting for it (or reading it now) if need be."""
         self._begin()
+        if self._block is not None:
+            return self._block
         assert self._future is not None
         return self._taken(self._future)
 
     def _begin(self) -> None:
         with self._lock:
-            if self._future is None and self._block is None:
+            if self._future is None and self._block is None and self._start is not None:
                 self._future = self._start()
+                self._future.add_done_callback(self._arrive)
+
+    def _arrive(self, future: Future[Any]) -> None:
+        """Take the block as soon as it is here (on the reading thread)."""
+        try:
+            self._taken(future)
+        except Exception as exc:  # its rows could not be read either: taken when asked
+            logger.warning("taking the saved vectors failed (%s)", exc)
 
     def _arrived(self) -> Any:
         if self._block is not None:
@@ -92,14 +106,16 @@ class PendingBase:
         return self._taken(future)
 
     def _taken(self, future: Future[Any]) -> Any:
-        if self._block is not None:
-            return self._block
-        try:
-            block = future.result()
-        except Exception as exc:  # the other connection failed: the rows are still here
-            logger.warning("reading the saved vectors failed (%s); reading their rows", exc)
-            block = None
-        if block is None or block.shape != self.shape:
-            block = self._rows(self.ids)
-        self._block = block
-        return block
+        with self._taking:
+            if self._block is not None:
+                return self._block
+            try:
+                block = future.result()
+            except Exception as exc:  # the other connection failed: the rows are still here
+                logger.warning("reading the saved vectors failed (%s); reading their rows", exc)
+                block = None
+            if (block is None or block.shape != self.shape) and self._rows is not None:
+                block = self._rows(self.ids)
+            self._block = block
+            self._rows = self._start = None
+            return block

@@ -81,19 +81,23 @@ def split_arrays(arrays: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
 
 
 class DeferredRows(PackedRows):
-    """`PackedRows` whose term numbers are read at first use (`docs`); when the saved ones
-    do not belong to these lists (saved anew in between), the memories are tokenised again
-    from `rows` (their term numbers from the lists' own vocabulary)."""
+    """`PackedRows` whose term numbers are read at the first change (`read`, by
+    `memory.keyword_cache`, which holds a store then: these rows hold none, so a cached
+    lists object never keeps its connection alive). When the saved ones do not belong to
+    these lists (saved anew in between), the memories are tokenised again from their texts
+    (their term numbers from the lists' own vocabulary)."""
 
-    def __init__(
-        self, ids: Any, distinct: Any, docs: Docs, rows: Callable[[], RankingRows]
-    ) -> None:
+    def __init__(self, ids: Any, distinct: Any, vocabulary: dict[str, int]) -> None:
         self.ids, self.distinct = ids, distinct
         self.where = Positions(ids)
-        self._docs, self._rows = docs, rows
+        self.vocabulary = vocabulary
+        self.marks: Any = None  # the lists' snapshot marks (set by their loader)
         self._arrays: tuple[Any, Any, Any] | None = None
         self._lock = threading.Lock()
-        self.vocabulary: dict[str, int] = {}  # set by `lists_from_arrays`
+
+    @property
+    def loaded(self) -> bool:
+        return self._arrays is not None
 
     @property
     def bounds(self) -> Any:
@@ -107,18 +111,25 @@ class DeferredRows(PackedRows):
     def content(self) -> Any:
         return self._loaded()[2]
 
-    def _loaded(self) -> tuple[Any, Any, Any]:
+    def read(self, docs: Docs, rows: Callable[[], RankingRows]) -> None:
+        """Take the saved term numbers (`docs`), or tokenise `rows` when they do not fit."""
         with self._lock:
             if self._arrays is None:
-                found = self._docs()
+                found = docs()
                 if found is None or len(found["doc_bounds"]) != len(self.ids) + 1:
-                    found = self._tokenised()
-                self._arrays = tuple(found[name] for name in DOC_ARRAYS)
-            assert self._arrays is not None
-            return self._arrays
+                    found = self._tokenised(rows())
+                bounds, terms, content = (found[name] for name in DOC_ARRAYS)
+                self._arrays = (bounds, terms, content)
 
-    def _tokenised(self) -> dict[str, Any]:
-        texts = {row[0]: row for row in self._rows()}
+    def _loaded(self) -> tuple[Any, Any, Any]:
+        if self._arrays is None:
+            raise RuntimeError(
+                "the memories' term numbers were not read (keyword_cache reads them)"
+            )
+        return self._arrays
+
+    def _tokenised(self, rows: RankingRows) -> dict[str, Any]:
+        texts = {row[0]: row for row in rows}
         items = [
             tokenise(texts[i][1], texts[i][2], self.vocabulary) if i in texts else None
             for i in self.ids.tolist()
@@ -134,18 +145,15 @@ class DeferredRows(PackedRows):
         }
 
 
-def lists_from_arrays(
-    arrays: dict[str, Any], deferred: tuple[Docs, Callable[[], RankingRows]] | None = None
-) -> PostingLists:
-    """Lists made of `lists_arrays`' output, without tokenising or sorting anything; with
-    `deferred`, of `split_arrays`' first part (the doc arrays read when first needed)."""
+def lists_from_arrays(arrays: dict[str, Any]) -> PostingLists:
+    """Lists made of `lists_arrays`' output, without tokenising or sorting anything; of
+    `split_arrays`' first part, their rows are `DeferredRows`."""
     names = bytes(arrays["vocabulary"]).decode().split("\n") if int(arrays["terms"]) else []
     vocabulary = dict(zip(names, range(len(names)), strict=True))
     ids, distinct = arrays["ids"], arrays["distinct"].astype(np.float64)
     rows: PackedRows
-    if deferred is not None and "doc_terms" not in arrays:
-        rows = DeferredRows(ids, distinct, *deferred)
-        rows.vocabulary = vocabulary
+    if "doc_terms" not in arrays:
+        rows = DeferredRows(ids, distinct, vocabulary)
     else:
         bounds, terms, content = (arrays[name] for name in DOC_ARRAYS)
         rows = PackedRows(ids, bounds, terms, content, distinct)

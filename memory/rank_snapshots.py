@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memory.chat_cache import Derivation, current_entry, held_chats
-from memory.keyword_cache import KEYWORD_DOCS, KEYWORD_LISTS, KEYWORDS
+from memory.keyword_cache import KEYWORD_DOCS, KEYWORD_LISTS, KEYWORDS, read_docs
 from memory.posting_snapshot import lists_arrays, split_arrays
 from memory.snapshot_arrays import pack_arrays
 from memory.store import MemoryStore, RankSnapshot
@@ -37,7 +37,8 @@ from memory.vector_cache import (
     vectors_arrays,
 )
 
-Snapshots = Callable[[Any], dict[str, dict[str, Any]]]  # held data -> each kind's arrays
+Arrays = dict[str, dict[str, Any]]  # each kind's arrays
+Snapshots = Callable[[MemoryStore, int | None, Any], Arrays]  # from the data held
 
 CHECKPOINT_CHANGES = 500  # a saved snapshot behind by this many changed memories is renewed
 
@@ -53,12 +54,12 @@ def _behind(store: MemoryStore, chat_id: int | None, kind: str, least: int) -> b
     return bool(changes.pruned_through) or len(changes.memory_ids) >= least
 
 
-def _keyword_snapshots(lists: Any) -> dict[str, dict[str, Any]]:
-    scoring, docs = split_arrays(lists_arrays(lists))
+def _keyword_snapshots(store: MemoryStore, chat_id: int | None, lists: Any) -> Arrays:
+    scoring, docs = split_arrays(lists_arrays(read_docs(store, chat_id, lists)))
     return {KEYWORDS: scoring, KEYWORD_DOCS: docs}
 
 
-def _vector_snapshots(vectors: Any) -> dict[str, dict[str, Any]]:
+def _vector_snapshots(store: MemoryStore, chat_id: int | None, vectors: Any) -> Arrays:
     arrays = vectors_arrays(vectors)
     return {VECTORS: arrays, VECTOR_CODES: codes_arrays(arrays)}
 
@@ -81,7 +82,8 @@ def checkpoint(
         if least and not any(_behind(store, chat_id, kind, least) for kind in kinds):
             continue
         marks, value = current_entry(store, chat_id, derivation)
-        blobs = {kind: pack_arrays(arrays) for kind, arrays in snapshots(value).items()}
+        made = snapshots(store, chat_id, value)
+        blobs = {kind: pack_arrays(arrays) for kind, arrays in made.items()}
         with store.transaction():
             for kind, blob in blobs.items():
                 store.save_rank_snapshot(chat_id, kind, RankSnapshot(marks, model, blob))

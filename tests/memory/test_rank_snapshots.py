@@ -5,6 +5,8 @@ does, and a forgotten memory is in no snapshot."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -18,7 +20,13 @@ from memory.retrieval import rank_memories
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import MemoryStore
 from memory.stores import memory_store
-from memory.vector_cache import VECTOR_CODES, VECTORS, ChatVectors, chat_vectors
+from memory.vector_cache import (
+    VECTOR_CODES,
+    VECTORS,
+    ChatVectors,
+    chat_vectors,
+    vectors_loaded,
+)
 from memory.warm_up import warm_memories
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
@@ -260,11 +268,11 @@ def test_the_memories_terms_are_read_at_the_first_change_not_the_first_query(
         lists = keyword_lists(again, chat)
         assert isinstance(lists.base.rows, DeferredRows)
         _ranked(again, chat, "violin Lisbon")
-        assert lists.base.rows._arrays is None  # a query reads no term numbers
+        assert not lists.base.rows.loaded  # a query reads no term numbers
         new = again.add(chat, "Ana tunes the violin in Porto", "EVENT", source="t")
         again.update(ids[1], "Ben fixed a motorbike on Monday")
         grown = keyword_lists(again, chat)
-        assert lists.base.rows._arrays is not None and grown.recent.ids.tolist() == [ids[1], new]
+        assert lists.base.rows.loaded and grown.recent.ids.tolist() == [ids[1], new]
         fresh = PostingLists.build(again.ranking_rows(chat))
         for query in ("violin Porto", "Ben motorbike", "pasta basil"):
             assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
@@ -283,7 +291,7 @@ def test_terms_saved_with_newer_lists_are_not_taken(engine: Engine) -> None:
         store.update(ids[1], "Ben saw the cherry blossoms")  # the newer lists hold it last
         checkpoint(store, chat, 0)  # another process: newer lists and docs, same memories
         grown = keyword_lists(again, chat)  # the edit: its terms are looked up
-        assert lists.base.rows._arrays is not None  # type: ignore[attr-defined]
+        assert lists.base.rows.loaded  # type: ignore[attr-defined]
         fresh = PostingLists.build(again.ranking_rows(chat))
         for query in ("cherry blossoms", "kayak summer", "garden fence blue", "Ana violin"):
             assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
@@ -303,3 +311,19 @@ def test_saved_weights_are_exact_in_their_narrow_type() -> None:
         for query in ("bee", "honey cake"):
             terms = query_terms(query)
             assert same(loaded.score(terms, 10), lists.score(terms, 10))
+
+
+def test_a_closed_connection_leaves_no_cached_data_behind(engine: Engine) -> None:
+    """The data a connection's chats hold (loaded lists whose terms are read later, vectors
+    whose float16 block came later) keeps no reference to the store: once the connection is
+    closed and dropped, its cache entries go (the cache is keyed by it, weakly)."""
+    store, chat, _ = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    key = weakref.ref(again.cache_key)
+    _ranked(again, chat, "violin Lisbon")
+    vectors_loaded(chat_vectors(again, chat))
+    storage.close()
+    del storage, again
+    gc.collect()
+    assert key() is None
