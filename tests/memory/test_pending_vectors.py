@@ -16,6 +16,7 @@ from memory.store import MemoryStore, NewMemory
 from memory.stores import memory_store
 from memory.vector_cache import (
     RESCORE_MIN,
+    VECTOR_CODES,
     VECTORS,
     ChatVectors,
     chat_vectors,
@@ -106,5 +107,21 @@ def test_changes_before_the_block_arrives_and_a_newer_snapshot(engine: Engine) -
         vectors_loaded(vectors)
         for query in QUERIES:
             assert _search(vectors, query, [new]) == _search(warm, query, [new])
+    finally:
+        storage.close()  # type: ignore[attr-defined]
+
+
+def test_snapshots_saved_before_the_codes_load_whole(engine: Engine) -> None:
+    """A database whose vectors were saved before `vector codes` existed loads the whole
+    snapshot, as before, on either engine."""
+    store, chat = _many(engine)
+    checkpoint(store, chat, 0)
+    engine.run("DELETE FROM memory_rank_snapshots WHERE kind = ?", (VECTOR_CODES,))
+    built = ChatVectors.build(store.vector_rows(chat))
+    storage, again = _reopened(engine)
+    try:
+        vectors = chat_vectors(again, chat)
+        assert isinstance(vectors.base, np.ndarray)
+        assert _search(vectors, QUERIES[1], []) == _search(built, QUERIES[1], [])
     finally:
         storage.close()  # type: ignore[attr-defined]
