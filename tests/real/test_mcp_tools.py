@@ -49,7 +49,7 @@ async def test_a_real_model_calls_an_mcp_tool_over_stdio(
     # llama-cpp's chatml-function-calling prompt spells every offered schema out at length:
     # with all nine tools the first request is 2116 tokens, over the 2048 window. A smaller
     # tools budget offers the tools the ask names (t__echo) first.
-    context = {"tools_share": 0.1}
+    context: dict[str, object] = {}
     async with real_runtime(
         tools_server, plugins, mcp={"servers": [server]}, context=context
     ) as runtime:
