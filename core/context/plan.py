@@ -34,6 +34,7 @@ from core.context.request import (
 from core.context.tool_offer import ToolOffer, offer_tools, without_tools
 from core.model.calibration import estimator_for
 from core.model.profile import (
+    ModelProfile,
     Window,
     effective_window,
     load_profile,
@@ -53,6 +54,14 @@ def small_window_protect_turns(usable: int) -> int:
     """User turns kept whole when a small window is pruned: one per ~1,500 usable tokens
     (a turn of ~700-character messages is ~220 tokens), at least the newest."""
     return max(1, usable // 1_500)
+
+
+def late_system_allowed(config: Config, profile: ModelProfile) -> bool:
+    """Whether context blocks may go in system messages after the first: the template
+    accepts them, and does not write the tool schemas into each one (llama-cpp-python's
+    chatml-function-calling does: one system message then carries them once)."""
+    repeats = bool(profile.tools_per_system) and tools_enabled(config.llm, profile)
+    return profile.late_system is not False and not repeats
 
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
@@ -214,16 +223,12 @@ class RequestPlanner:
         _, newest = split_newest(history)
         message = newest[0].content if newest else ""
         budgeted = apply_budget(focus_sections(sections, message), budget)
-        offers = tools and tools_enabled(config.llm, profile)
-        # A template that writes the tools into every system message gets one system message.
-        late_system = profile.late_system is not False and not (
-            profile.tools_per_system and tools_enabled(config.llm, profile)
-        )
+        late_system = late_system_allowed(config, profile)
         in_prompt = profile.tools_in_prompt is not False
         short = usable < SHORT_PROMPT_TOKENS and in_prompt
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
-        if offers:
+        if tools and tools_enabled(config.llm, profile):
             budget_tokens = int(usable * config.context.tools_share * tools_scale)
             offer = self.offer(chat, parts, estimator, budget_tokens)
         plan = RequestPlan(

@@ -238,7 +238,7 @@ async def test_several_tool_calls_do_not_calibrate(
     fake_llm.add(FakeReply(tool_calls=calls, prompt_tokens=9_000), FakeReply(content="ok"))
     await runtime_light.agent.handle(Inbound("terminal", "sc", "what time is it? " * 30))
     calibration = runtime_light.store.load_calibration(runtime_light.config.llm.model)
-    assert calibration is None or calibration.chars_per_token > 2.0
+    assert calibration is None or calibration.chars_per_token > 3.5  # main: 2.95
 
 
 @pytest.fixture
