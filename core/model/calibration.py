@@ -87,6 +87,8 @@ def tools_were_counted(
     count = len(messages)
     chars = request_chars(messages)
     estimator = estimator_for(store, config, model)
+    if estimator.tool_cost.samples and load_profile(store, model).tools_in_prompt:
+        return True  # learned: what the estimate misses is the tool cost's to fit, not a flip
     if estimator.tool_cost.samples:  # the messages' ratio once the tools' tokens are off
         tokens = prompt_tokens - estimator.tools(tools, messages)
         with_tools = observed_ratio(chars, count, tokens)
@@ -124,9 +126,7 @@ def calibrate_request(
     systems = system_messages(messages)
     block = estimator.tool_block(chars_of_tools)
     per_system = copies_reading(prompt_tokens, estimator.request(messages), block, systems)
-    repeated = estimator.tool_cost.per_system if per_system is None else per_system
-    copies = max(1, systems) if repeated else 1
-    sample = ToolSample(chars, len(messages), chars_of_tools, copies, prompt_tokens)
+    sample = ToolSample(chars, len(messages), chars_of_tools, systems, prompt_tokens)
     cost = next_tool_cost(estimator.tool_cost, sample, per_system, estimator.chars_per_token)
     learn(store, model, **tool_cost_facts(cost))
     tool_tokens = TokenEstimator(estimator.chars_per_token, cost).tools(tools, messages)

@@ -37,7 +37,9 @@ DEFAULT_TOOLS_FIXED_TOKENS = 160.0
 TOOLS_SAMPLES = 8  # requests with tools kept to fit the tool cost
 PER_CHAR_BOUNDS = (0.02, 2.0)  # tokens per schema character a fit may give
 MAX_TOOLS_FIXED_TOKENS = 4_000.0
-PRIOR_WEIGHT = 0.01  # the default tool cost counts as this share of a request in a fit
+# How many requests' worth the defaults count for in a fit: the messages' ratio, the tool
+# block's preamble, its cost per character.
+PRIOR_WEIGHTS = (0.1, 0.01, 0.01)
 # A template repeating the tool block in each system message must explain the prompt this
 # much better than one block before Mnemo believes it.
 MIN_COPIES_EVIDENCE = 0.1
@@ -83,7 +85,7 @@ class ToolSample(NamedTuple):
     message_chars: int
     messages: int
     schema_chars: int
-    copies: int  # tool blocks in its prompt
+    systems: int  # its system messages (a template may write the tools into each)
     prompt_tokens: int
 
 
@@ -219,7 +221,7 @@ def copies_reading(
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
-    """`matrix` x = `vector` by Gaussian elimination with partial pivoting (3 unknowns)."""
+    """`matrix` x = `vector` by Gaussian elimination with partial pivoting."""
     size = len(vector)
     rows = [[*matrix[i], vector[i]] for i in range(size)]
     for col in range(size):
@@ -233,25 +235,29 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
 
 
 def fit_tool_cost(
-    samples: Sequence[ToolSample], chars_per_token: float
+    samples: Sequence[ToolSample], chars_per_token: float, per_system: bool = False
 ) -> tuple[float, float, float]:
     """(tokens per message char, fixed, per_char) fitted by least squares to `samples`:
     prompt - overheads = message_chars * a + copies * (fixed + per_char * schema_chars).
 
     Messages grow and shrink from request to request while the tools mostly stay: what
     does not grow with the messages is the tool block. A ridge towards the default (the
-    estimator's ratio, `DEFAULT_TOOLS_FIXED_TOKENS`) worth `PRIOR_WEIGHT` requests settles
-    what the samples cannot tell apart (the preamble from the schemas when the offer never
-    changes)."""
+    estimator's ratio, `DEFAULT_TOOLS_FIXED_TOKENS`; `PRIOR_WEIGHTS`) settles what the
+    samples cannot tell apart (the preamble from the schemas while the offer stays the
+    same); the messages' ratio, calibrated on every request, is trusted more than the
+    tool block, so a first answer corrects mostly the tool block."""
     prior = [1 / chars_per_token, DEFAULT_TOOLS_FIXED_TOKENS, 1 / chars_per_token]
-    rows = [[float(s.message_chars), float(s.copies), float(s.copies * s.schema_chars)]
-            for s in samples]  # fmt: skip
+    copies = [float(max(1, s.systems) if per_system else 1) for s in samples]
+    rows = [
+        [float(s.message_chars), n, n * s.schema_chars]
+        for n, s in zip(copies, samples, strict=True)
+    ]
     ys = [float(s.prompt_tokens - overhead_tokens(s.messages)) for s in samples]
     count = max(1, len(rows))
     matrix = [[sum(r[i] * r[j] for r in rows) for j in range(3)] for i in range(3)]
     vector = [sum(r[i] * y for r, y in zip(rows, ys, strict=True)) for i in range(3)]
-    for i in range(3):
-        ridge = PRIOR_WEIGHT * max(1.0, matrix[i][i] / count)
+    for i, weight in enumerate(PRIOR_WEIGHTS):
+        ridge = weight * max(1.0, matrix[i][i] / count)
         matrix[i][i] += ridge
         vector[i] += ridge * prior[i]
     per_message_char, fixed, per_char = _solve(matrix, vector)
@@ -264,9 +270,7 @@ def next_tool_cost(
     current: ToolCost, sample: ToolSample, per_system: bool | None, chars_per_token: float
 ) -> ToolCost:
     """`current` refitted with one more request (and what it showed about copies)."""
-    flipped = per_system is not None and per_system != current.per_system
-    # Samples read under the other layout counted the blocks wrongly: start from this one.
-    samples = (sample,) if flipped else (*current.samples, sample)[-TOOLS_SAMPLES:]
-    _, fixed, per_char = fit_tool_cost(samples, chars_per_token)
+    samples = (*current.samples, sample)[-TOOLS_SAMPLES:]
     repeated = current.per_system if per_system is None else per_system
+    _, fixed, per_char = fit_tool_cost(samples, chars_per_token, repeated)
     return ToolCost(round(fixed, 1), round(per_char, 5), repeated, samples)

@@ -165,14 +165,15 @@ def _samples(
 
 
 def test_fit_tool_cost_tells_the_preamble_from_the_schemas() -> None:
-    per_message_char, fixed, per_char = fit_tool_cost(_samples(0.3, 150.0, 0.18, [700, 2600]), 4.0)
+    samples = _samples(0.3, 150.0, 0.18, [700, 2600])
+    per_message_char, fixed, per_char = fit_tool_cost(samples, 1 / 0.3)
     assert per_message_char == pytest.approx(0.3, rel=0.02)
     assert fixed == pytest.approx(150, abs=10)
     assert per_char == pytest.approx(0.18, rel=0.05)
 
 
 def test_fit_tool_cost_with_one_offer_gets_its_total_right() -> None:
-    per_message_char, fixed, per_char = fit_tool_cost(_samples(0.4, 0.0, 0.4, [700]), 4.0)
+    per_message_char, fixed, per_char = fit_tool_cost(_samples(0.4, 0.0, 0.4, [700]), 2.5)
     assert per_message_char == pytest.approx(0.4, rel=0.02)
     assert fixed + per_char * 700 == pytest.approx(280, rel=0.03)
 
