@@ -82,8 +82,10 @@ async def test_context_accounts_for_every_token_tool_schemas_included(
     schemas = runtime.extensions.tools.schemas()
     assert report.tool_count == len(schemas) >= 2
     estimator = estimator_for(runtime.store, runtime.config)
-    assert report.tools_tokens == estimator.tools(schemas) > estimator.chars(
-        len(json.dumps(schemas, ensure_ascii=False))
+    assert (
+        report.tools_tokens
+        == estimator.tools(schemas)
+        > estimator.chars(len(json.dumps(schemas, ensure_ascii=False)))
     )  # the schemas and the function-calling preamble the model's tool cost adds
     assert report.tools_tokens > report.total_tokens // 20  # not a rounding error
     # What is left is the answer's header and per-message rounding, nothing hidden.
