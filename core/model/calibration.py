@@ -112,9 +112,9 @@ def calibrate_request(
     tools: Sequence[dict[str, Any]] | None,
     prompt_tokens: int | None,
 ) -> Calibration | None:
-    """Calibrate `model` on a request and its `usage.prompt_tokens` (or the prompt tokens an
-    overflow error states), counting the tool schemas only when the server did: their share
-    of the prompt teaches the tool cost, the rest the ratio."""
+    """Calibrate `model` on a request and its `usage.prompt_tokens`, counting the tool
+    schemas only when the server did: the request joins the tool cost's fit (the profile),
+    and what that leaves of the prompt calibrates the messages' ratio."""
     counted = bool(tools and prompt_tokens) and tools_were_counted(
         store, config, model, messages, tools or (), prompt_tokens or 0
     )
