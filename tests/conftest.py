@@ -9,8 +9,8 @@ copied from the user's cache when `mnemo memory prepare` already made the export
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
-import itertools
 import json
 import os
 import shutil
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.bench.fakes.postgres import PostgresServer
 from core.bench.startup import bench_env
 from core.config import Config, StorageConfig, load_config
+from core.mcp.bench import http_server, listening
 from core.storage.db import Connection, connect
 from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
@@ -92,9 +94,9 @@ def seed_exports(source: Path, target: Path) -> None:
 
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
 MNEMO = [sys.executable, "-m", "bots.cli"]
-_WARM: list[WarmMnemo] = []  # this process's warm `mnemo`, started by the first run_mnemo
+_WARM: dict[str, WarmMnemo] = {}  # this process's warm processes by kind, made on first use
 _WARM_LOCK = threading.Lock()
-_DATABASE_NUMBERS = itertools.count(1)
+MCP_START_S = 60.0  # the HTTP test server's start, on a busy machine
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which it mends
@@ -163,12 +165,24 @@ def postgres_url(postgres_server: PostgresServer) -> str:
     return postgres_server.create_database("mnemo_test")
 
 
+@pytest.fixture(scope="session")
+def blank_databases(postgres_server: PostgresServer) -> Iterator[MigratedDatabases]:
+    """Empty databases, each emptied again after a test and handed to the next
+    (`tests/pg_databases.py`): a `createdb` and a `dropdb` cost ~0.5 CPU-s a test."""
+    databases = MigratedDatabases(postgres_server, "template1", blank=True)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def fresh_postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
-    """An empty database of the test's own on the session's server, dropped afterwards."""
-    name = f"test_{next(_DATABASE_NUMBERS)}"
-    yield postgres_server.create_database(name)
-    postgres_server.drop_database(name)
+def fresh_postgres_url(
+    postgres_server: PostgresServer, blank_databases: MigratedDatabases
+) -> Iterator[str]:
+    """An empty database of the test's own on the session's server (nobody else connected),
+    given back afterwards: what a new database from `createdb` gives."""
+    name = blank_databases.take()
+    yield postgres_server.url(name)
+    blank_databases.give_back(name)
 
 
 @pytest.fixture(scope="session")
@@ -307,13 +321,59 @@ def run_cli(
     return warm().run(command, args, env, cwd, stdin, timeout)
 
 
-def warm() -> WarmMnemo:
-    """This process's warm `mnemo`, made on first use."""
+def warm(kind: str = "mnemo") -> WarmMnemo:
+    """This process's warm `mnemo` (or, `kind` "mcp", warm test MCP server), made on first use."""
     with _WARM_LOCK:  # tests run commands from several threads at once
-        if not _WARM:
-            _WARM.append(WarmMnemo(REPO, mnemo_env()))
-            atexit.register(_WARM[0].stop)
-    return _WARM[0]
+        if kind not in _WARM:
+            _WARM[kind] = WarmMnemo(REPO, mnemo_env(), kind)
+            atexit.register(_WARM[kind].stop)
+    return _WARM[kind]
+
+
+MCP_SERVER = "core.bench.fakes.mcp_server"
+WARM_EXEC = str(REPO / "tests" / "warm_exec.py")
+
+
+def mcp_server_command(*args: str) -> tuple[str, list[str]]:
+    """The command and arguments of the test MCP server (`python -m MCP_SERVER ARGS`) for a
+    config's stdio server: forked from the warm MCP process through `tests/warm_exec.py`, or
+    started cold when MNEMO_TEST_COLD is set."""
+    if os.environ.get(COLD):
+        return sys.executable, ["-m", MCP_SERVER, *args]
+    server = warm("mcp")
+    server.start()
+    return sys.executable, ["-I", "-S", WARM_EXEC, server.socket_path, MCP_SERVER, *args]
+
+
+@contextlib.contextmanager
+def mcp_http_server(
+    port: int, *flags: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`core.mcp.bench.http_server` (the test MCP server over streamable HTTP on `port` until
+    the block ends) with the server forked from the warm MCP process, unless
+    MNEMO_TEST_COLD is set."""
+    if os.environ.get(COLD):
+        with http_server(port, *flags, env=env) as cold:
+            yield cold
+        return
+    args = ["http", str(port), *flags]
+    command = [sys.executable, "-m", MCP_SERVER, *args]
+    with open(os.devnull, "rb") as devnull:
+        stdio = (devnull.fileno(), devnull.fileno(), devnull.fileno())
+        environment = dict(os.environ if env is None else env)
+        process = warm("mcp").start_process(
+            command, args, environment, REPO, stdio, False, module=MCP_SERVER
+        )
+    try:
+        deadline = time.monotonic() + MCP_START_S
+        while not listening(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the HTTP test server did not start")
+            time.sleep(0.05)
+        yield process  # type: ignore[misc]
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def start_mnemo(args: list[str], config_path: Path, cwd: Path) -> subprocess.Popen[str]:

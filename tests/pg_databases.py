@@ -62,7 +62,8 @@ _DIGEST_PARTS = (
     "format('%s.%s:%s', n.nspname, t.typname, t.typtype) FROM pg_type t"
     f" JOIN pg_namespace n ON n.oid = t.typnamespace WHERE {USER_SCHEMAS}",
     "format('%s:%s', extname, extversion) FROM pg_extension",
-    f"nspname FROM pg_namespace n WHERE {USER_SCHEMAS}",
+    "format('%s:%s:%s', nspname, nspowner::regrole, nspacl) FROM pg_namespace n"
+    f" WHERE {USER_SCHEMAS}",
     "format('%s.%s:%s:%s:%s:%s:%s', schemaname, sequencename, start_value, increment_by,"
     " min_value, max_value, last_value) FROM pg_sequences",
     "array_to_string(setconfig, ';') FROM pg_db_role_setting"
@@ -76,6 +77,13 @@ OTHER_CONNECTIONS = (
     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
 )
+SCHEMAS = f"SELECT nspname FROM pg_namespace n WHERE {USER_SCHEMAS}"
+# The public schema as a new database has it (PostgreSQL 15 on).
+PUBLIC_SCHEMA = (
+    "CREATE SCHEMA public AUTHORIZATION pg_database_owner",
+    "GRANT USAGE ON SCHEMA public TO PUBLIC",
+    "COMMENT ON SCHEMA public IS 'standard public schema'",
+)
 CHANGED_SEQUENCES = (
     "SELECT format('%I.%I', schemaname, sequencename), start_value FROM pg_sequences"
     " WHERE last_value IS NOT NULL"
@@ -84,11 +92,16 @@ _COPY_NUMBERS = itertools.count(1)
 
 
 class MigratedDatabases:
-    """Copies of one migrated template on one server: `take()` one, `give_back()` it."""
+    """Copies of one migrated template on one server: `take()` one, `give_back()` it.
 
-    def __init__(self, server: PostgresServer, template: str) -> None:
+    With `blank`, copies of an empty template (`template1`, what `createdb` copies) that
+    the tests fill as they like: putting one back drops every schema and what is in it
+    (extensions too), then makes the public schema again as a new database has it."""
+
+    def __init__(self, server: PostgresServer, template: str, blank: bool = False) -> None:
         self.server = server
         self.template = template
+        self.blank = blank
         self.idle: list[str] = []
         with self._connect(template) as conn:
             self.relations = set(conn.execute(RELATIONS).fetchall())
@@ -124,6 +137,8 @@ class MigratedDatabases:
         with self._connect(name) as conn:
             conn.execute(OTHER_CONNECTIONS)
             with conn.transaction():
+                if self.blank:
+                    self._drop_schemas(conn)
                 if not self._drop_extra_relations(conn):
                     return False
                 self._empty(conn)
@@ -143,6 +158,14 @@ class MigratedDatabases:
             conn.execute(f'DROP {kinds[kind]} IF EXISTS "{schema}"."{relation}" CASCADE')
         return True
 
+    @staticmethod
+    def _drop_schemas(conn: Any) -> None:
+        """Drop every schema with what it holds, then make the public schema again."""
+        for (schema,) in conn.execute(SCHEMAS).fetchall():
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        for statement in PUBLIC_SCHEMA:
+            conn.execute(statement)
+
     def _empty(self, conn: Any) -> None:
         """Truncate the tables that hold rows (those the template fills aside) and start every
         used sequence again."""
@@ -154,6 +177,8 @@ class MigratedDatabases:
 
     def _filled(self, conn: Any) -> list[str]:
         """The template's tables that hold a row, in one round trip."""
+        if not self.tables:  # a blank template
+            return []
         probes = " UNION ALL ".join(
             f"(SELECT {index} FROM {table} LIMIT 1)" for index, table in enumerate(self.tables)
         )

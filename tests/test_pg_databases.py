@@ -13,7 +13,7 @@ from core.bench.fakes.postgres import PostgresServer
 from core.config import StorageConfig
 from core.storage.engine import open_storage
 from core.storage.stores import session_store
-from tests.pg_databases import MigratedDatabases
+from tests.pg_databases import SCHEMA_DIGEST, MigratedDatabases
 
 
 @pytest.fixture
@@ -84,3 +84,32 @@ def test_the_session_fixture_hands_out_a_fresh_state_each_time(
     migrated_postgres_url: str,
 ) -> None:
     assert first_chat_id(migrated_postgres_url) == 1
+
+
+def test_a_blank_database_comes_back_as_createdb_makes_one(
+    postgres_server: PostgresServer,
+) -> None:
+    """`fresh_postgres_url`'s pool: whatever a test made (schemas, extensions, tables,
+    types, functions) is gone and the same database is handed out again."""
+    blank = MigratedDatabases(postgres_server, "template1", blank=True)
+    try:
+        name = blank.take()
+        url = postgres_server.url(name)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION vector")
+            conn.execute("CREATE SCHEMA other")
+            conn.execute("CREATE TYPE mood AS ENUM ('ok')")
+            conn.execute("CREATE TABLE other.t (id serial PRIMARY KEY, m mood)")
+            conn.execute("CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'")
+        open_storage(StorageConfig(url=url)).close()  # every migration, as a test may run
+        assert blank.give_back(name) and blank.take() == name
+        with psycopg.connect(url) as conn:
+            assert conn.execute(SCHEMA_DIGEST).fetchone() == blank.digest
+            assert conn.execute("SELECT count(*) FROM pg_extension").fetchone() == (1,)
+            assert conn.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON"
+                                " n.oid = c.relnamespace WHERE n.nspname = 'public'"
+                                ).fetchone() == (0,)  # fmt: skip
+        assert first_chat_id(url) == 1  # migrates again from nothing
+        assert blank.give_back(name)
+    finally:
+        blank.close()

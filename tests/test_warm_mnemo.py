@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer
-from tests.conftest import MNEMO, REPO, mnemo_env, write_config
+from tests.conftest import MNEMO, REPO, WARM_EXEC, mnemo_env, write_config
 from tests.warm_mnemo import WarmMnemo, exchange, text_of
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", re.MULTILINE)
@@ -151,3 +151,39 @@ def test_a_long_running_command_is_used_as_the_popen_it_stands_for(
         assert process.returncode == (-signal.SIGKILL if stop == "SIGKILL" else 0), err
         assert out == "" and process.poll() == process.returncode
         process.send_signal(signal.SIGTERM)  # once it has ended: nothing, as `Popen` does
+
+
+def test_warm_exec_stands_for_python_m_module(warm: WarmMnemo) -> None:
+    """`tests/warm_exec.py` (a stdio MCP server's command): the child's stdin, stdout,
+    stderr and exit status are the cold `python -m MODULE`'s."""
+    warm.start()
+    stand_in = [sys.executable, "-I", "-S", WARM_EXEC, warm.socket_path, "json.tool"]
+    for given in ('{"b": [1, 2]}', "{not json"):
+        hot = subprocess.run(stand_in, input=given, capture_output=True, text=True, timeout=60)
+        cold = subprocess.run([sys.executable, "-m", "json.tool"], input=given,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert (hot.returncode, hot.stdout, hot.stderr) == (cold.returncode, cold.stdout,
+                                                            cold.stderr)  # fmt: skip
+    assert cold.returncode == 1 and "Expecting property name" in cold.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_warm_exec_passes_signals_on_and_its_child_dies_with_it(
+    warm: WarmMnemo, sig: signal.Signals
+) -> None:
+    """What the MCP SDK does to a server it stops (SIGTERM, then SIGKILL to its group): a
+    signal reaches the child; killed itself, its child is killed too."""
+    warm.start()
+    assert warm.process is not None
+    children = Path(f"/proc/{warm.process.pid}/task/{warm.process.pid}/children")
+    command = [sys.executable, "-I", "-S", WARM_EXEC, warm.socket_path, "http.server", "0",
+               "--bind", "127.0.0.1"]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as stand_in:
+        assert stand_in.stdout is not None and "Serving HTTP" in stand_in.stdout.readline()
+        [child] = children.read_text().split()
+        stand_in.send_signal(sig)
+        assert stand_in.wait(timeout=30) == -sig
+    deadline = time.monotonic() + 30
+    while child in children.read_text().split():
+        assert time.monotonic() < deadline, "the child outlived its stand-in"
+        time.sleep(0.05)

@@ -10,7 +10,13 @@ warm process reports its exit status. A cold start is still tested where it is t
 (`tests/e2e/test_startup.py`, `tests/bots/test_cli.py`), and `MNEMO_TEST_COLD=1` makes every
 `run_mnemo` cold again.
 
-Run as `python -m tests.warm_mnemo SOCKET` (by `WarmMnemo`, never by hand).
+The same warm process serves the test MCP server (`core.bench.fakes.mcp_server`, whose SDK
+import costs ~1.6 CPU-s a start): a warm process of the `mcp` kind preloads the SDK instead
+of the CLI. A server the product starts itself (a stdio server's command) is started through
+`tests/warm_exec.py`, a stdlib-only stand-in for `python -m MODULE` that hands its stdin,
+stdout and stderr to a child forked here and exits as that child does.
+
+Run as `python -m tests.warm_mnemo SOCKET [KIND]` (by `WarmMnemo`, never by hand).
 """
 
 from __future__ import annotations
@@ -51,18 +57,46 @@ PRELOAD = (
     "httpx",
     "psycopg",
 )
+# What the test MCP server imports, over stdio and over HTTP.
+MCP_PRELOAD = (
+    "core.bench.fakes.mcp_server",
+    "mcp.server.stdio",
+    "mcp.server.streamable_http",
+    "uvicorn",
+    "uvicorn.config",
+    "uvicorn.server",
+    "uvicorn.main",
+    "uvicorn.lifespan.on",
+    "uvicorn.loops.auto",
+    "uvicorn.loops.asyncio",
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.http.h11_impl",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.auto",
+)
+PRELOADS = {"mnemo": PRELOAD, "mcp": MCP_PRELOAD}
 
 
 # -- the warm process -------------------------------------------------------------------------
 
 
-def preload() -> None:
-    """Import the CLI, what its commands import, and every lazy command's module."""
+def preload(kind: str = "mnemo") -> None:
+    """Import what `kind`'s commands import: for `mnemo`, the CLI and every lazy command's
+    module; for `mcp`, the test MCP server and what it serves with."""
     import importlib
 
-    for name in PRELOAD:
+    for name in PRELOADS[kind]:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    if kind == "mnemo":
+        load_lazy_commands()
+    unsafe = [name for name in NOT_FORK_SAFE if name in sys.modules]
+    if threading.active_count() != 1 or unsafe:
+        raise RuntimeError(f"preloading started threads: {threading.enumerate()} {unsafe}")
+
+
+def load_lazy_commands() -> None:
+    """Import every lazy command of `mnemo`, as running each would."""
     from bots.cli import cli
     from core.cli.lazy_group import LazyGroup
 
@@ -74,13 +108,12 @@ def preload() -> None:
                 command = lazy.load()
                 if isinstance(command, LazyGroup):
                     groups.append(command)
-    unsafe = [name for name in NOT_FORK_SAFE if name in sys.modules]
-    if threading.active_count() != 1 or unsafe:
-        raise RuntimeError(f"preloading started threads: {threading.enumerate()} {unsafe}")
 
 
 def run_child(request: dict[str, object], fds: list[int]) -> None:
-    """In the forked child: become `python -m bots.cli ARGS`, exit as it would, never return."""
+    """In the forked child: become `python -m MODULE ARGS` (MODULE: `bots.cli` unless the
+    request names another), at the caller's niceness; exit as it would, never return."""
+    import importlib.util
     import runpy
 
     for target, fd in enumerate(fds):
@@ -89,11 +122,15 @@ def run_child(request: dict[str, object], fds: list[int]) -> None:
     os.chdir(str(request["cwd"]))
     os.environ.clear()
     os.environ.update(request["env"])  # type: ignore[arg-type]
-    sys.argv = [str(Path(__file__).resolve().parents[1] / "bots" / "cli.py")]
-    sys.argv += list(request["args"])  # type: ignore[arg-type]
-    sys.modules.pop("bots.cli", None)  # as in `python -m`: run as __main__, imported again if asked
+    niceness = int(request.get("nice", 0))  # type: ignore[call-overload]
+    if niceness > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    module = str(request.get("module", "bots.cli"))
+    spec = importlib.util.find_spec(module)
+    sys.argv = [str(spec.origin if spec else module), *request["args"]]  # type: ignore[misc]
+    sys.modules.pop(module, None)  # as in `python -m`: run as __main__, imported again if asked
     try:
-        runpy.run_module("bots.cli", run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = exit_code(exc.code)
@@ -127,40 +164,59 @@ def exit_as_python_does(code: int) -> None:
 
 
 def serve(path: str) -> None:
-    """Accept requests on the unix socket `path`; fork a child for each; report its status."""
+    """Accept requests on the unix socket `path`; fork a child for each; report its status.
+    A request marked `tied` (`tests/warm_exec.py`'s) ties the child to its caller: when the
+    caller's connection ends first (the caller was killed), the child is killed too."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a warm process before this one that was killed
     listener.bind(path)
     listener.listen(16)
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    tied: dict[socket.socket, int] = {}  # a tied caller's connection -> its child's pid
     print("ready", flush=True)
     while True:
-        readable, _, _ = select.select([sys.stdin, listener, *waiting], [], [])
+        readable, _, _ = select.select([sys.stdin, listener, *waiting, *tied], [], [])
         for ready in readable:
             if ready is sys.stdin:  # end of file: the test process is gone
                 return
             if ready is listener:
-                connection, _ = listener.accept()
-                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
-                pid = os.fork()
-                if pid == 0:
-                    listener.close()
-                    connection.close()
-                    for _, other in waiting.values():
-                        other.close()
-                    run_child(json.loads(message), fds)
-                for fd in fds:
-                    os.close(fd)
-                connection.sendall(f"{pid}\n".encode())
-                waiting[os.pidfd_open(pid)] = (pid, connection)
+                pidfd, pid, connection, is_tied = fork_for(listener, waiting)
+                waiting[pidfd] = (pid, connection)
+                if is_tied:
+                    tied[connection] = pid
+            elif isinstance(ready, socket.socket):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(tied.pop(ready), signal.SIGKILL)  # its caller is gone
             else:
                 pid, connection = waiting.pop(ready)  # type: ignore[call-overload]
+                tied.pop(connection, None)
                 os.close(ready)  # type: ignore[arg-type]
                 _, status = os.waitpid(pid, 0)
                 with contextlib.suppress(OSError):
                     connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
                 connection.close()
+
+
+def fork_for(
+    listener: socket.socket, waiting: dict[int, tuple[int, socket.socket]]
+) -> tuple[int, int, socket.socket, bool]:
+    """Accept one request and fork its child: the child's pidfd and pid, the caller's
+    connection (told the pid), and whether the request is tied to its caller."""
+    connection, _ = listener.accept()
+    message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    request = json.loads(message)
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        connection.close()
+        for _, other in waiting.values():
+            other.close()
+        run_child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    connection.sendall(f"{pid}\n".encode())
+    return os.pidfd_open(pid), pid, connection, bool(request.get("tied"))
 
 
 # -- the test side ----------------------------------------------------------------------------
@@ -169,9 +225,10 @@ def serve(path: str) -> None:
 class WarmMnemo:
     """The client: starts the warm process on first use and runs commands through it."""
 
-    def __init__(self, repo: Path, env: dict[str, str]) -> None:
+    def __init__(self, repo: Path, env: dict[str, str], kind: str = "mnemo") -> None:
         self.repo = repo
         self.env = env
+        self.kind = kind
         self.folder = Path(tempfile.mkdtemp(prefix="mnemo-warm-"))
         self.socket_path = str(self.folder / "warm.sock")
         self.process: subprocess.Popen[bytes] | None = None
@@ -184,7 +241,7 @@ class WarmMnemo:
             # It stops at the end of its stdin: when this process is gone, whichever thread
             # started it (PR_SET_PDEATHSIG would stop it with the thread).
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.warm_mnemo", self.socket_path],
+                [sys.executable, "-m", "tests.warm_mnemo", self.socket_path, self.kind],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env=self.env,
@@ -214,9 +271,10 @@ class WarmMnemo:
         cwd: Path,
         stdio: tuple[int, int, int],
         text: bool,
+        module: str = "bots.cli",
     ) -> WarmProcess:
         """What `subprocess.Popen(command, env=env, cwd=cwd, …)` starts, `command` being
-        `python -m bots.cli ARGS`, forked from the warm process; `stdio` are the child's
+        `python -m MODULE ARGS`, forked from the warm process; `stdio` are the child's
         stdin, stdout and stderr (PIPE for a pipe this side reads, or a file descriptor the
         caller keeps)."""
         self.start()
@@ -232,10 +290,10 @@ class WarmMnemo:
             else:
                 ends.append(os.dup(wanted))
                 mine.append(None)
-        request = json.dumps({"args": args, "env": env, "cwd": str(cwd)}).encode()
+        request = json.dumps({"args": args, "env": env, "cwd": str(cwd), "module": module})
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(self.socket_path)
-        socket.send_fds(connection, [request], ends)
+        socket.send_fds(connection, [request.encode()], ends)
         for fd in ends:
             os.close(fd)
         pid = int(read_line(connection))
@@ -405,7 +463,7 @@ def text_of(data: bytes) -> str:
 
 def main() -> None:
     os.environ.pop(COLD, None)
-    preload()
+    preload(sys.argv[2] if len(sys.argv) > 2 else "mnemo")
     gc.freeze()  # the children do not touch (and so copy) the warm process's objects to collect
     serve(sys.argv[1])
 

@@ -26,6 +26,7 @@ from core.mcp import bench as mcp_bench
 from core.mcp import plugin as mcp_plugin
 from core.mcp.connection import STDIO_NICENESS, McpServer, niced_command
 from core.mcp.extension import McpExtension, probe, server_check
+from tests.conftest import mcp_http_server, mcp_server_command
 
 START_S = 60.0  # the test server imports the SDK; slow on a busy machine
 SERVER = [sys.executable, "-m", "core.bench.fakes.mcp_server"]
@@ -34,10 +35,12 @@ SERVER = [sys.executable, "-m", "core.bench.fakes.mcp_server"]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def stdio_server(name: str = "t", **values: Any) -> McpServerConfig:
-    args = [*SERVER[1:], "stdio"]
+def stdio_server(name: str = "t", cold: bool = False, **values: Any) -> McpServerConfig:
+    """The test server over stdio: forked from the warm MCP process (`tests/warm_exec.py`
+    stands for it), or, `cold`, `python -m core.bench.fakes.mcp_server stdio` itself."""
+    command, args = (SERVER[0], [*SERVER[1:], "stdio"]) if cold else mcp_server_command("stdio")
     env = {"PYTHONPATH": str(REPO)}  # a stdio server gets a minimal environment otherwise
-    return McpServerConfig(name=name, command=SERVER[0], args=args, env=env, **values)
+    return McpServerConfig(name=name, command=command, args=args, env=env, **values)
 
 
 def mcp_of(runtime: Runtime) -> McpExtension:
@@ -186,7 +189,7 @@ def server_niceness(marker: str) -> list[int]:
 async def test_a_stdio_server_runs_below_the_bots_cpu_priority(config: Config) -> None:
     """On a small machine a server starting or working never takes the CPU from a reply."""
     marker = f"priority-check-{os.getpid()}"
-    server = stdio_server(chats=["*"])
+    server = stdio_server(chats=["*"], cold=True)  # the server's own process, not a stand-in
     server.args = [*server.args, marker]  # an extra argument the test server ignores
     config.mcp.servers = [server]
     async with running(config) as runtime:
@@ -232,7 +235,7 @@ async def test_tools_listed_again_on_list_changed(
 @pytest.fixture
 def http_server() -> Iterator[str]:
     port = mcp_bench.free_port()
-    with mcp_bench.http_server(port):
+    with mcp_http_server(port):
         yield f"http://127.0.0.1:{port}/mcp"
 
 

@@ -18,17 +18,19 @@ import pytest
 
 from core.config import McpServerConfig
 from core.errors import ToolError
-from core.mcp.bench import free_port, http_server, listening, self_connected
+from core.mcp.bench import free_port, listening, self_connected
 from core.mcp.connection import MAX_SSE_EVENT_BYTES, McpServer, McpTool
 from core.mcp.http_session import McpHttpSession, http_client
+from tests.conftest import mcp_http_server
 from tests.core.test_mcp import START_S, until_up
 
 
 def serving(
     port: int, *flags: str, token: str = ""
 ) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
-    """The test server over HTTP on `port` until the block ends (or it crashes)."""
-    return http_server(port, *flags, env={**os.environ, "MNEMO_TEST_MCP_TOKEN": token})
+    """The test server over HTTP on `port` until the block ends (or it crashes), forked from
+    the warm MCP process (`tests.conftest.mcp_http_server`)."""
+    return mcp_http_server(port, *flags, env={**os.environ, "MNEMO_TEST_MCP_TOKEN": token})
 
 
 @contextlib.asynccontextmanager
