@@ -10,14 +10,18 @@ speaker the `Name:` its text starts with.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import date
 
 from memory.second_stage import leading_speaker, split_day
-from memory.store import Memories, Memory, MemoryStore, RankText
+from memory.store import Memory, MemoryStore, RankText
 
 Candidate = RankText | Memory  # both have id, chat_id, content and created_at
 
 NEIGHBOUR_PREFETCH = 9  # with the item asked: the best ten candidates' neighbours in one read
+# Read with the candidates' rows (`MemoryCandidates.read`): the neighbours of the first
+# stage's best; the neighbour step's few best after re-scoring are nearly always among them.
+NEIGHBOURS_WITH_ROWS = 12
 
 
 def stored_day(stamp: str) -> date | None:
@@ -47,7 +51,19 @@ class MemoryCandidates:
         self.store = store
         self.chat_id = chat_id
         self.rows = rows
-        self._near: dict[int, Memories] = {}  # read ahead, by the item they surround
+        self._near: dict[int, Sequence[Candidate]] = {}  # read ahead, by the item they surround
+
+    @classmethod
+    def read(cls, store: MemoryStore, chat_id: int | None, ids: Sequence[int]) -> MemoryCandidates:
+        """The candidates `ids` (best first) with the neighbours of the first
+        `NEIGHBOURS_WITH_ROWS` of them, in one read (one round trip on PostgreSQL)."""
+        if chat_id is None:
+            return cls(store, chat_id, dict(store.rank_texts(ids)))
+        seeds = list(ids[:NEIGHBOURS_WITH_ROWS])
+        rows, near = store.rank_texts_around(chat_id, ids, seeds)
+        candidates = cls(store, chat_id, dict(rows))
+        candidates._near.update((seed, near.get(seed, [])) for seed in seeds)
+        return candidates
 
     def text(self, item: int) -> str:
         memory = self.rows.get(item)
@@ -84,6 +100,6 @@ class MemoryCandidates:
             if memory.chat_id == chat_id and memory_id not in self._near and memory_id != item
         ][:NEIGHBOUR_PREFETCH]
         wanted = [item, *ahead]
-        found = self.store.adjacent_many(chat_id, wanted)
+        _, found = self.store.rank_texts_around(chat_id, [], wanted)
         for memory_id in wanted:
             self._near[memory_id] = found.get(memory_id, [])

@@ -28,7 +28,7 @@ from datetime import date
 from core.clock import now_iso
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
-from memory.memory_candidates import Candidate, MemoryCandidates
+from memory.memory_candidates import MemoryCandidates
 from memory.query_vector import query_vector
 from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
@@ -143,9 +143,8 @@ def rank_memories(
         head, tail = scored[: 2 * depth], scored[2 * depth :]
         # The second stage reads a candidate's chat, text and day; `_finish` reads whole
         # rows for the few that can make the cut.
-        rows: dict[int, Candidate] = dict(store.rank_texts([item for item, _ in head]))
+        candidates = MemoryCandidates.read(store, chat_id, [item for item, _ in head])
         today = stage.today or date.fromisoformat(now_iso()[:10])
-        candidates = MemoryCandidates(store, chat_id, rows)
         scored = refine(head, query, candidates, Stage(stage.steps, today)) + tail
     return _finish(store, chat_id, scored, k)
 
