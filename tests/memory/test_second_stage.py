@@ -61,6 +61,8 @@ def test_split_day_and_leading_speaker() -> None:
     assert leading_speaker("[8 May 2023] Ann Lee: hi there") == "Ann Lee"
     assert leading_speaker("user: hi") == ""  # not a name
     assert leading_speaker("Ann went: home") == ""
+    assert leading_speaker("Ann:hi") == leading_speaker("Ann likes tea") == ""  # no `: `
+    assert leading_speaker("[31 February 2023] Ann: hi") == ""  # not a day: not stripped
 
 
 def test_speaker_boost_raises_what_the_named_person_said() -> None:
