@@ -221,7 +221,7 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
     memories = memory_store(storage, embedder)
     meter.run("first hybrid query after a start", lambda: _rank_once(
         memories, chat_id, "hybrid", query_of(rng)))  # fmt: skip
-    for mode in MODES:
+    for mode in args.modes.split(","):
         for _ in range(args.warm):
             _rank_once(memories, chat_id, mode, query_of(rng))
         for _ in range(args.queries):
@@ -230,12 +230,12 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
                 memories, chat_id, mode, asked))  # fmt: skip
     if args.first_stage:
         _first_stage_figures(meter, memories, chat_id, rng, args)
-    for _ in range(args.queries // 2):
+    for _ in range(args.queries // 2 if args.extras else 0):
         memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
         asked = query_of(rng)
         meter.run("hybrid, just after a new memory", lambda asked=asked: _rank_once(
             memories, chat_id, "hybrid", asked))  # fmt: skip
-    for _ in range(args.queries):
+    for _ in range(args.queries if args.extras else 0):
         asked = query_of(rng)
         meter.run("(known-memory lookup, full text)", lambda asked=asked: _known_lookup(
             memories, chat_id, asked))  # fmt: skip
@@ -397,6 +397,7 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
                 "--database", f"t_{name}", "--queries", str(args.queries),
                 "--warm", str(args.warm), "--seed", str(args.seed),
                 *(["--first-stage"] if args.first_stage else []),
+                "--modes", args.modes, *([] if args.extras else ["--no-extras"]),
             )  # fmt: skip
             where = ["--url", urls[name], "--postmaster", postmaster, "--database", f"t_{name}"]
             firsts = [
@@ -485,6 +486,9 @@ def main() -> None:
     memory.add_argument("--vectors", default="/tmp/seam_cpu_vectors.npz")
     memory.add_argument("--first-stage", action="store_true", help="also without stage two")
     memory.add_argument("--first-samples", type=int, default=0, help="fresh processes a round")
+    memory.add_argument("--modes", default=",".join(MODES), help="ranking modes, comma-separated")
+    memory.add_argument("--no-extras", dest="extras", action="store_false",
+                        help="without the after-a-new-memory and lookup figures")  # fmt: skip
     for driver in (scale,):
         driver.add_argument("--chats", type=int, default=50)
         driver.add_argument("--messages", type=int, default=6)
@@ -506,6 +510,8 @@ def main() -> None:
     measure.add_argument("--queries", type=int, default=100)
     measure.add_argument("--warm", type=int, default=10)
     measure.add_argument("--first-stage", action="store_true")
+    measure.add_argument("--modes", default=",".join(MODES))
+    measure.add_argument("--no-extras", dest="extras", action="store_false")
     worker.add_argument("--processes", type=int, default=1)
     worker.add_argument("--chats", type=int, default=50)
     worker.add_argument("--messages", type=int, default=6)
