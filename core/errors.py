@@ -111,12 +111,16 @@ class ContextOverflow(LLMError):
     """The provider rejected the request as longer than its context window.
 
     `limit` is the window the error states ("maximum context length is 2048 tokens"),
-    when it states one.
+    when it states one; `prompt_tokens` the prompt's size as the server counted it
+    ("(2116 in the messages, …)"), when it states that.
     """
 
-    def __init__(self, message: str, limit: int | None = None) -> None:
+    def __init__(
+        self, message: str, limit: int | None = None, prompt_tokens: int | None = None
+    ) -> None:
         super().__init__(message)
         self.limit = limit
+        self.prompt_tokens = prompt_tokens
 
 
 class LLMRejected(LLMError):

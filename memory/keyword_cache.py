@@ -6,29 +6,65 @@ new index; a new process loads them from their saved snapshot (`memory.rank_snap
 
 from __future__ import annotations
 
+import logging
+from functools import partial
+from typing import Any
+
 from memory.chat_cache import Derivation, current, load_saved
 from memory.posting_lists import PostingLists, query_terms
-from memory.posting_snapshot import lists_from_arrays
+from memory.posting_snapshot import DeferredRows, lists_from_arrays, saved_docs
+from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore
+
+logger = logging.getLogger(__name__)
 
 CACHE_MEMORIES = 200_000  # memories kept in posting lists per connection, across chats
 KEYWORDS = "keywords"  # the kind of their saved snapshots (`memory.rank_snapshots`)
+KEYWORD_DOCS = "keyword docs"  # each memory's term numbers, saved apart (`memory.posting_snapshot`)
 
 
 def _build(store: MemoryStore, chat_id: int | None, previous: PostingLists | None) -> PostingLists:
+    if previous is not None:
+        read_docs(store, chat_id, previous)
     return PostingLists.build(store.ranking_rows(chat_id), previous)
 
 
 def _apply(
     store: MemoryStore, chat_id: int | None, previous: PostingLists, ids: list[int]
 ) -> PostingLists:
+    read_docs(store, chat_id, previous)
     rows = store.ranking_rows(chat_id, ids)
     kept = {row[0] for row in rows}
     return previous.apply(rows, [memory_id for memory_id in ids if memory_id not in kept])
 
 
+def read_docs(store: MemoryStore, chat_id: int | None, lists: PostingLists) -> PostingLists:
+    """`lists` with their memories' term numbers read if they were loaded without them
+    (`KEYWORD_DOCS`), taken only from the snapshot saved with them (the same marks)."""
+    rows = lists.base.rows
+    if isinstance(rows, DeferredRows) and not rows.loaded:
+
+        def docs() -> dict[str, Any] | None:
+            saved = store.rank_snapshot(chat_id, KEYWORD_DOCS)
+            if saved is None or saved.marks != rows.marks:
+                return None
+            try:
+                return saved_docs(unpack_arrays(saved.data))
+            except (ValueError, KeyError) as exc:
+                logger.warning("the saved keyword docs of chat %s are unreadable (%s)", chat_id,
+                               exc)  # fmt: skip
+                return None
+
+        rows.read(docs, partial(store.ranking_rows, chat_id))
+    return lists
+
+
 def _load(store: MemoryStore, chat_id: int | None) -> tuple[Marks, PostingLists] | None:
-    return load_saved(store, chat_id, KEYWORDS, "", lists_from_arrays)
+    """The saved lists; their memories' term numbers are read at the first change."""
+    found = load_saved(store, chat_id, KEYWORDS, "", lists_from_arrays)
+    if found is not None and isinstance(found[1].base.rows, DeferredRows):
+        found[1].base.rows.marks = found[0]
+    return found
 
 
 KEYWORD_LISTS: Derivation[PostingLists] = Derivation(

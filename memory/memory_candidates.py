@@ -10,11 +10,11 @@ speaker the `Name:` its text starts with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 
 from memory.second_stage import leading_speaker, split_day
-from memory.store import Memory, MemoryStore, RankText
+from memory.store import Memory, MemoryStore, RankText, RankTexts
 
 Candidate = RankText | Memory  # both have id, chat_id, content and created_at
 
@@ -54,14 +54,30 @@ class MemoryCandidates:
         self._near: dict[int, Sequence[Candidate]] = {}  # read ahead, by the item they surround
 
     @classmethod
-    def read(cls, store: MemoryStore, chat_id: int | None, ids: Sequence[int]) -> MemoryCandidates:
-        """The candidates `ids` (best first) with the neighbours of the first
-        `NEIGHBOURS_WITH_ROWS` of them, in one read (one round trip on PostgreSQL)."""
+    def read(
+        cls,
+        store: MemoryStore,
+        chat_id: int | None,
+        ids: Sequence[int],
+        known: Mapping[int, Candidate] | None = None,
+    ) -> MemoryCandidates:
+        """The candidates `ids` (best first; `known`: rows already read) with the neighbours
+        of the first `NEIGHBOURS_WITH_ROWS` of them, in one read (one round trip on
+        PostgreSQL)."""
+        known = known or {}
+        missing = [item for item in ids if item not in known]
+        seeds = list(ids[:NEIGHBOURS_WITH_ROWS]) if chat_id is not None else []
+        near: dict[int, RankTexts] = {}
         if chat_id is None:
-            return cls(store, chat_id, dict(store.rank_texts(ids)))
-        seeds = list(ids[:NEIGHBOURS_WITH_ROWS])
-        rows, near = store.rank_texts_around(chat_id, ids, seeds)
-        candidates = cls(store, chat_id, dict(rows))
+            read = store.rank_texts(missing)
+        else:
+            read, near = store.rank_texts_around(chat_id, missing, seeds)
+        rows: dict[int, Candidate] = {}
+        for item in ids:
+            row = known.get(item) or read.get(item)
+            if row is not None:
+                rows[item] = row
+        candidates = cls(store, chat_id, rows)
         candidates._near.update((seed, near.get(seed, [])) for seed in seeds)
         return candidates
 

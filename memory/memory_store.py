@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, TypeVar, Unpack
@@ -532,6 +533,12 @@ class DatabaseMemoryStore:
 
     def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
         return rank_snapshot_store.marks_of(self.db, scope_of(chat_id), kind)
+
+    def background_reads(self) -> bool:
+        return self.db.dialect.remote and not self.db.in_transaction()
+
+    def rank_snapshot_later(self, chat_id: int | None, kind: str) -> Future[RankSnapshot | None]:
+        return self._snapshots.later(scope_of(chat_id), kind)
 
     def save_rank_snapshot(self, chat_id: int | None, kind: str, snapshot: RankSnapshot) -> None:
         self._snapshots.drop_read_ahead()

@@ -1,7 +1,8 @@
 """The derived indexes of `memories` on PostgreSQL, and the change log's SQL.
 
-Full text: PostgreSQL maintains `memories_text_search` itself (a GIN expression index of
-migration m0002), so unlike SQLite's FTS5 table nothing here writes keyword rows.
+Full text: PostgreSQL maintains `memories.text_search` itself (a generated tsvector column
+with a GIN index, migration m0025), so unlike SQLite's FTS5 table nothing here writes
+keyword rows.
 
 Vectors, made at runtime (the dimension is the embedding model's), as on SQLite:
 - `memories_vec_float (memory_id, embedding BYTEA)`: every vector as float32 bytes, the same
@@ -29,8 +30,8 @@ from memory.store import (
     scope_of,
 )
 from memory.terms import content_terms, has_cjk
-from migrations.m0002_memories import PG_TEXT_SEARCH
 from migrations.m0006_memory_changes import MEMORY_CHANGES_LOCK
+from migrations.m0025_memory_text_search import TEXT_SEARCH_COLUMN
 
 logger = logging.getLogger(__name__)
 
@@ -288,37 +289,56 @@ def text_query(text: str) -> tuple[str, list[str]]:
     return query, patterns
 
 
-def matching_ids(conn: Any, chat_id: int, text: str, limit: int) -> list[int]:
-    """The chat's own active memories sharing words with `text`, best first (`ts_rank`;
-    CJK matches after the ranked ones). A failing lookup is logged and answers nothing,
-    inside a savepoint so that the caller's transaction goes on."""
+def _matching_sql(chat_id: int, text: str, limit: int) -> tuple[str, tuple[Any, ...]] | None:
+    """The lookup's statement and parameters (None: the text has no word to look up). It
+    matches and ranks by the stored `text_search` vector (m0025), computing none."""
     query, patterns = text_query(text)
     if not query and not patterns:
-        return []
+        return None
     conditions = []
     params: list[Any] = []
     if query:
-        conditions.append(f"{PG_TEXT_SEARCH} @@ to_tsquery('english', %s)")
+        conditions.append(f"{TEXT_SEARCH_COLUMN} @@ to_tsquery('english', %s)")
         params.append(query)
     if patterns:
         conditions.append("(content || ' ' || context) ILIKE ANY(%s)")
         params.append(patterns)
-    rank = f"ts_rank({PG_TEXT_SEARCH}, to_tsquery('english', %s)) DESC, " if query else ""
+    rank = f"ts_rank({TEXT_SEARCH_COLUMN}, to_tsquery('english', %s)) DESC, " if query else ""
+    sql = (
+        f"SELECT id FROM memories WHERE chat_id = %s AND archived = 0"
+        f" AND ({' OR '.join(conditions)}) ORDER BY {rank}id DESC LIMIT %s"
+    )
+    return sql, (chat_id, *params, *([query] if query else []), limit)
+
+
+def matching_ids(conn: Any, chat_id: int, text: str, limit: int) -> list[int]:
+    """The chat's own active memories sharing words with `text`, best first (`ts_rank`;
+    CJK matches after the ranked ones). A failing lookup is logged and answers nothing,
+    inside a savepoint so that the caller's transaction goes on."""
+    statement = _matching_sql(chat_id, text, limit)
+    if statement is None:
+        return []
     import psycopg
 
     try:
         with conn.transaction():
-            rows = conn.execute(
-                f"SELECT id FROM memories WHERE chat_id = %s AND archived = 0"
-                f" AND ({' OR '.join(conditions)}) ORDER BY {rank}id DESC LIMIT %s",
-                (chat_id, *params, *([query] if query else []), limit),
-            ).fetchall()
+            rows = conn.execute(*statement).fetchall()
     except psycopg.DatabaseError as exc:
         if isinstance(exc, psycopg.OperationalError):
             raise
         logger.warning("keyword lookup of known memories failed: %s", exc)
         return []
     return [int(row[0]) for row in rows]
+
+
+def matching_plan(conn: Any, chat_id: int, text: str) -> list[str]:
+    """How PostgreSQL runs the known-memory lookup of `text` (`EXPLAIN VERBOSE`: a test
+    checks it computes no `to_tsvector`)."""
+    statement = _matching_sql(chat_id, text, 10)
+    if statement is None:
+        return []
+    rows = conn.execute(f"EXPLAIN (VERBOSE, COSTS OFF) {statement[0]}", statement[1]).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def lock_log(conn: Any) -> None:

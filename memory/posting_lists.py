@@ -21,6 +21,7 @@ import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -286,10 +287,10 @@ class PostingLists:
     base: Segment
     alive: Any  # numpy bool per base position (False: changed or gone since)
     recent: Segment
-    ids: Any  # numpy int64: base ids, then recent ids
-    norms: Any  # numpy float64 per position: K1 * (1 - B + B * length / average length)
     count: int  # live memories
     masked: int  # base memories masked out
+    base_length: float  # tokens of the live base memories (a whole number: sums are exact)
+    average: float  # mean tokens of the live memories (BM25's length normalisation)
 
     @classmethod
     def build(
@@ -315,28 +316,63 @@ class PostingLists:
 
     @classmethod
     def _assemble(
-        cls, vocabulary: dict[str, int], base: Segment, alive: Any, recent: Segment
+        cls,
+        vocabulary: dict[str, int],
+        base: Segment,
+        alive: Any,
+        recent: Segment,
+        base_length: float | None = None,
     ) -> PostingLists:
-        live = np.concatenate([alive, np.ones(len(recent.ids), bool)])
-        lengths = np.concatenate([base.lengths, recent.lengths])
-        count = int(live.sum())
-        average = max(float(lengths[live].mean()), 1e-9) if count else 1.0
-        # K1 * (1 - B + B * length / average), in place: one array of 90,000 at each change
-        # instead of four (the same operations in the same order: the same bits).
-        norms = np.multiply(B, lengths)
-        norms /= average
-        norms += 1.0 - B
-        norms *= K1
+        """The lists of these segments. `base_length`: the live base memories' tokens, when
+        the caller kept it current (a change then costs no pass over the base's 90,000)."""
+        if base_length is None:
+            base_length = float(base.lengths[alive].sum())
+        live_base = int(alive.sum())
+        count = live_base + len(recent.ids)
+        # Token counts are whole numbers, so these sums are exact in any order: the same
+        # average, to the bit, as the mean over every live memory.
+        total = base_length + float(recent.lengths.sum())
         return cls(
             vocabulary=vocabulary,
             base=base,
             alive=alive,
             recent=recent,
-            ids=np.concatenate([base.ids, recent.ids]),
-            norms=norms,
             count=count,
-            masked=len(alive) - int(alive.sum()),
+            masked=len(alive) - live_base,
+            base_length=base_length,
+            average=max(total / count, 1e-9) if count else 1.0,
         )
+
+    @cached_property
+    def ids(self) -> Any:
+        """The memory id at each position: the base's, then the recent segment's."""
+        return np.concatenate([self.base.ids, self.recent.ids])
+
+    @property
+    def size(self) -> int:
+        """Positions: base memories (masked ones included), then recent ones."""
+        return len(self.base.ids) + len(self.recent.ids)
+
+    def _ids_at(self, positions: Any) -> Any:
+        """The memory ids at `positions`, without joining the two segments' ids."""
+        held = len(self.base.ids)
+        if not len(self.recent.ids):
+            return self.base.ids[positions]
+        found = np.empty(len(positions), np.int64)
+        in_base = positions < held
+        found[in_base] = self.base.ids[positions[in_base]]
+        found[~in_base] = self.recent.ids[positions[~in_base] - held]
+        return found
+
+    def _norms(self, lengths: Any) -> Any:
+        """K1 * (1 - B + B * length / average) of the postings' memories, in place (the
+        same operations in the same order as over every memory: the same bits); only the
+        postings a query reads, so a change recomputes nothing for the whole chat."""
+        norms = np.multiply(B, lengths)
+        norms /= self.average
+        norms += 1.0 - B
+        norms *= K1
+        return norms
 
     def __len__(self) -> int:
         return self.count
@@ -373,10 +409,12 @@ class PostingLists:
         changed = list(changed)
         alive = self.alive.copy()
         recent = dict(self.recent.rows)
+        base_length = self.base_length
         for memory_id in [*removed, *(row[0] for row in changed)]:
             place = self.base.where.get(memory_id)
-            if place is not None:
+            if place is not None and alive[place]:
                 alive[place] = False
+                base_length -= float(self.base.lengths[place])
             recent.pop(memory_id, None)
         known = {
             row[0]: item
@@ -391,10 +429,11 @@ class PostingLists:
         ):
             return self._merged({**self._unmasked(alive), **recent}, vocabulary)
         recent_segment = Segment.build(recent, len(vocabulary), sparse=True)
-        return self._assemble(vocabulary, self.base, alive, recent_segment)
+        return self._assemble(vocabulary, self.base, alive, recent_segment, base_length)
 
-    def _postings(self, term: str) -> list[tuple[Any, Any, Any]]:
-        """(positions in `ids`, weights, in_content) of a term's live postings, per segment."""
+    def _postings(self, term: str) -> list[tuple[Any, Any, Any, Any]]:
+        """(positions in `ids`, weights, in_content, lengths) of a term's live postings, per
+        segment (`lengths`: tokens of each posting's memory)."""
         number = self.vocabulary.get(term)
         if number is None:
             return []
@@ -402,24 +441,26 @@ class PostingLists:
         if len(positions) and self.masked:
             keep = self.alive[positions]
             positions, weights, content = positions[keep], weights[keep], content[keep]
-        found = [(positions, weights, content)]
+        found = [(positions, weights, content, self.base.lengths[positions])]
         positions, weights, content = self.recent.postings(number)
         if len(positions):
-            found.append((positions + len(self.base.ids), weights, content))
+            lengths = self.recent.lengths[positions]
+            found.append((positions + len(self.base.ids), weights, content, lengths))
         return found
 
     def score(self, terms: list[str], depth: int) -> list[tuple[int, float]]:
         """(memory id, BM25 score) of the `depth` best memories holding any term, best first."""
-        total = np.zeros(len(self.ids))
+        total = np.zeros(self.size)
         for term in dict.fromkeys(terms):
             postings = self._postings(term)
-            matched = sum(len(positions) for positions, _, _ in postings)
+            matched = sum(len(positions) for positions, _, _, _ in postings)
             if not matched:
                 continue
             idf = math.log((self.count - matched + 0.5) / (matched + 0.5))
             idf = idf if idf > 0 else MIN_IDF
-            for positions, weights, _ in postings:
-                total[positions] += idf * weights * (K1 + 1.0) / (weights + self.norms[positions])
+            for positions, weights, _, lengths in postings:
+                norms = self._norms(lengths)
+                total[positions] += idf * weights * (K1 + 1.0) / (weights + norms)
         return self._best(total, depth)
 
     def jaccard(self, terms: list[str]) -> list[tuple[int, float]]:
@@ -427,17 +468,17 @@ class PostingLists:
 
         `terms`: the query's distinct content stems (`query_terms`).
         """
-        shared = np.zeros(len(self.ids))
+        shared = np.zeros(self.size)
         for term in dict.fromkeys(terms):
-            for positions, _, content in self._postings(term):
+            for positions, _, content, _ in self._postings(term):
                 shared[positions[content]] += 1.0
         sizes = np.concatenate([self.base.distinct, self.recent.distinct])
         union = np.maximum(len(set(terms)) + sizes - shared, np.maximum(shared, 1.0))
-        return self._best(shared / union, len(self.ids))
+        return self._best(shared / union, self.size)
 
     def _best(self, scores: Any, depth: int) -> list[tuple[int, float]]:
         hits = np.flatnonzero(scores > 0)  # on a bool array: several times faster at 100k
         if len(hits) > depth > 0:
             hits = hits[np.argpartition(-scores[hits], depth - 1)[:depth]]
         best = hits[np.argsort(-scores[hits], kind="stable")][: max(depth, 0)]
-        return list(zip(self.ids[best].tolist(), scores[best].tolist(), strict=True))
+        return list(zip(self._ids_at(best).tolist(), scores[best].tolist(), strict=True))

@@ -28,8 +28,8 @@ from datetime import date
 from core.clock import now_iso
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
-from memory.memory_candidates import MemoryCandidates
-from memory.query_vector import query_vector
+from memory.memory_candidates import Candidate, MemoryCandidates
+from memory.query_vector import start_query_vector
 from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
 from memory.vector_cache import chat_vectors
@@ -104,12 +104,20 @@ def _hybrid(
     depth: int,
     embedder: Embedder,
     name_free: bool = True,
+    early: dict[int, Candidate] | None = None,
 ) -> list[tuple[int, float]]:
+    """Fused (id, score), best first. `early`: filled with the keyword hits' rows for the
+    second stage (read while the query embeds; None: not read)."""
+    # The query is embedded on a worker thread while this one scores the keywords, brings
+    # the chat's vectors up to date and reads rows (on two cores the embedding hides them).
+    pending = start_query_vector(embedder, query, name_free)
     keyword = dict(bm25_ids(store, chat_id, query, depth))
-    vector = query_vector(embedder, query) if name_free else embedder.embed_query(query)
+    vectors = chat_vectors(store, chat_id)
+    if early is not None and keyword and not pending.done():  # else one read after fusion
+        early.update(store.rank_texts(list(keyword)))
     # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
     # similar memories plus every keyword hit.
-    nearest, hits = chat_vectors(store, chat_id).search(vector, depth, list(keyword))
+    nearest, hits = vectors.search(pending.result(), depth, list(keyword))
     semantic = dict(nearest)
     semantic.update(hits)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)
@@ -138,26 +146,35 @@ def rank_memories(
         _warn_fallback(mode, store)
     depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
     stage = stage if stage is not None else Stage()
-    scored = _first_stage(store, chat_id, query, depth, used, stage)
+    early: dict[int, Candidate] | None = {} if stage.steps else None
+    scored = _first_stage(store, chat_id, query, depth, used, stage, early)
     if stage.steps and scored:
         head, tail = scored[: 2 * depth], scored[2 * depth :]
         # The second stage reads a candidate's chat, text and day; `_finish` reads whole
         # rows for the few that can make the cut.
-        candidates = MemoryCandidates.read(store, chat_id, [item for item, _ in head])
+        candidates = MemoryCandidates.read(store, chat_id, [item for item, _ in head], early or {})
         today = stage.today or date.fromisoformat(now_iso()[:10])
         scored = refine(head, query, candidates, Stage(stage.steps, today)) + tail
     return _finish(store, chat_id, scored, k)
 
 
 def _first_stage(
-    store: MemoryStore, chat_id: int | None, query: str, depth: int, mode: str, stage: Stage
+    store: MemoryStore,
+    chat_id: int | None,
+    query: str,
+    depth: int,
+    mode: str,
+    stage: Stage,
+    early: dict[int, Candidate] | None = None,
 ) -> list[tuple[int, float]]:
-    """(id, score) of the candidates by the ranking mode alone, best first."""
+    """(id, score) of the candidates by the ranking mode alone, best first (`early`: see
+    `_hybrid`)."""
     embedder = store.embedder
     if mode == "knn" and embedder is not None:
         return knn_ids(store, chat_id, embedder.embed_query(query), depth)
     if mode == "hybrid" and embedder is not None:
-        return _hybrid(store, chat_id, query, depth, embedder, "name-free-query" in stage.steps)
+        named = "name-free-query" in stage.steps
+        return _hybrid(store, chat_id, query, depth, embedder, named, early)
     if mode == "jaccard":
         return jaccard_ids(store, chat_id, query)
     return bm25_ids(store, chat_id, query, depth)

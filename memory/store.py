@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -420,6 +421,16 @@ class MemoryStore(Protocol):
 
     def rank_snapshot_marks(self, chat_id: int | None, kind: str) -> Marks | None:
         """The marks of the saved snapshot, without its blob."""
+        ...
+
+    def background_reads(self) -> bool:
+        """Whether `rank_snapshot_later` reads on another connection (PostgreSQL, outside a
+        transaction) rather than here and now."""
+        ...
+
+    def rank_snapshot_later(self, chat_id: int | None, kind: str) -> Future[RankSnapshot | None]:
+        """`rank_snapshot`, read on another connection while the caller goes on where
+        `background_reads`, else read now (a future already done)."""
         ...
 
     def save_rank_snapshot(

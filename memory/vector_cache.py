@@ -9,7 +9,9 @@ the machine); recall@10 against that exact scan is measured by `mnemo bench memo
 vector is scored. Changes arrive through the memory change log (`memory.chat_cache`): a
 changed memory is masked in the large base segment and kept in a small recent one; the two
 merge once the recent one or the masked share grows. A new process loads the base from its
-saved snapshot (`memory.rank_snapshots`) instead of reading every vector. The cache keeps
+saved snapshot (`memory.rank_snapshots`) instead of reading every vector; on PostgreSQL it
+loads the sign codes alone (`VECTOR_CODES`) and reads the float16 rows in the background
+(`memory.pending_vectors`), answering meanwhile from the rows it needs. The cache keeps
 `CACHE_VECTORS` per connection across chats (least recently used go first), and always
 the chat in use.
 """
@@ -17,15 +19,21 @@ the chat in use.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+import numpy.ma as _numpy_ma  # noqa: F401  `np.unique` imports it at first use: ~30 ms, at start
 
 from memory.chat_cache import Derivation, current, load_saved
-from memory.store import Marks, MemoryStore, VectorRows
+from memory.pending_vectors import PendingBase
+from memory.snapshot_arrays import unpack_arrays
+from memory.store import Marks, MemoryStore, RankSnapshot, VectorRows
 
 VECTORS = "vectors"  # the kind of their saved snapshots (`memory.rank_snapshots`)
+VECTOR_CODES = "vector codes"  # their ids and sign codes alone (read first on PostgreSQL)
 CACHE_VECTORS = 60_000  # vectors kept per connection, across chats (384 dims: ~50 MB)
 RESCORE_MIN = 200  # nearest binary codes scored exactly, at least ...
 RESCORE_FACTOR = 4  # ... and this many per wanted result
@@ -171,16 +179,14 @@ class ChatVectors:
         places = self._candidates(vector, k) if len(self.base_ids) else np.zeros(0, np.int64)
         wanted = self._places(also)
         places = np.union1d(places, wanted) if len(wanted) else places
-        keys = list(self.recent)
-        ids = np.concatenate([self.base_ids[places], np.asarray(keys, dtype=np.int64)])
+        keys, recent = self.recent_rows
+        ids = np.concatenate([self.base_ids[places], keys])
         sims = np.concatenate(
             [
                 self.base[places].astype(np.float32) @ vector
                 if len(places)
                 else np.zeros(0, np.float32),
-                np.stack([self.recent[key] for key in keys]) @ vector
-                if keys
-                else np.zeros(0, np.float32),
+                recent @ vector if len(keys) else np.zeros(0, np.float32),
             ]
         )
         count = min(k, len(ids))
@@ -189,6 +195,15 @@ class ChatVectors:
         nearest = list(zip(ids[best].tolist(), sims[best].astype(float).tolist(), strict=True))
         found = dict(zip(ids.tolist(), sims.astype(float).tolist(), strict=True))
         return nearest, {memory_id: found[memory_id] for memory_id in also if memory_id in found}
+
+    @cached_property
+    def recent_rows(self) -> tuple[Any, Any]:
+        """The recent vectors' ids and float32 matrix, stacked at the first search of these
+        vectors, not at every one (a recent segment grows to thousands before a merge)."""
+        keys = np.fromiter(self.recent, np.int64, len(self.recent))
+        if not len(keys):
+            return keys, np.zeros((0, 0), np.float32)
+        return keys, np.stack(list(self.recent.values()))
 
     def _places(self, memory_ids: Sequence[int]) -> Any:
         """Base positions of the live ones among `memory_ids` that are not recent ones."""
@@ -218,9 +233,61 @@ def vectors_arrays(vectors: ChatVectors) -> dict[str, Any]:
     return {"ids": merged.base_ids, "base": merged.base, "codes": merged.codes}
 
 
+def codes_arrays(arrays: dict[str, Any]) -> dict[str, Any]:
+    """The ids and sign codes of `vectors_arrays`' output, and the vectors' width: what is
+    saved as `VECTOR_CODES`."""
+    dims = np.asarray(arrays["base"].shape[1])
+    return {"ids": arrays["ids"], "codes": arrays["codes"], "dims": dims}
+
+
 def vectors_from_arrays(arrays: dict[str, Any]) -> ChatVectors:
     ids = arrays["ids"]
     return ChatVectors(ids, arrays["base"], np.ones(len(ids), bool), arrays["codes"])
+
+
+def _rows_of(store: MemoryStore, chat_id: int | None, ids: Any, dims: int) -> Any:
+    """The float16 unit vectors of `ids` (ascending) as a build makes them; zeros for a
+    memory the store no longer ranks."""
+    found, matrix = _matrix(store.vector_rows(chat_id, ids.tolist()))
+    rows = np.zeros((len(ids), dims), np.float16)
+    if len(found):
+        at = np.minimum(np.searchsorted(found, ids), len(found) - 1)
+        hit = found[at] == ids
+        rows[hit] = matrix[at[hit]]
+    return rows
+
+
+def _block_later(store: MemoryStore, chat_id: int | None, marks: Marks, ids: Any) -> Future[Any]:
+    """The float16 block of the saved vectors, read on another connection; None when the
+    one saved is not the one the codes came with."""
+    model, block = vector_model(store), Future[Any]()
+
+    def arrived(read: Future[RankSnapshot | None]) -> None:
+        try:
+            snapshot = read.result()
+            arrays = None
+            if snapshot is not None and (snapshot.marks, snapshot.model) == (marks, model):
+                arrays = unpack_arrays(snapshot.data)
+            same = arrays is not None and np.array_equal(arrays["ids"], ids)
+            block.set_result(arrays["base"] if same and arrays is not None else None)
+        except BaseException as exc:  # handed to the reader of the block
+            block.set_exception(exc)
+
+    store.rank_snapshot_later(chat_id, VECTORS).add_done_callback(arrived)
+    return block
+
+
+def _pending(
+    store: MemoryStore, chat_id: int | None, marks: Marks, arrays: dict[str, Any]
+) -> ChatVectors:
+    ids, dims = arrays["ids"], int(arrays["dims"])
+    base = PendingBase(
+        ids,
+        dims,
+        lambda wanted: _rows_of(store, chat_id, wanted, dims),
+        lambda: _block_later(store, chat_id, marks, ids),
+    )
+    return ChatVectors(ids, base, np.ones(len(ids), bool), arrays["codes"])
 
 
 def vector_model(store: MemoryStore) -> str:
@@ -232,6 +299,10 @@ def vector_model(store: MemoryStore) -> str:
 def _load(store: MemoryStore, chat_id: int | None) -> tuple[Marks, ChatVectors] | None:
     if store.embedder is None:
         return None
+    if store.background_reads():  # the codes now, the float16 rows in the background
+        codes = load_saved(store, chat_id, VECTOR_CODES, vector_model(store), dict)
+        if codes is not None:
+            return codes[0], _pending(store, chat_id, *codes)
     return load_saved(store, chat_id, VECTORS, vector_model(store), vectors_from_arrays)
 
 
@@ -243,3 +314,10 @@ CHAT_VECTORS: Derivation[ChatVectors] = Derivation(
 def chat_vectors(store: MemoryStore, chat_id: int | None) -> ChatVectors:
     """The chat's (and the global) vectors, up to date."""
     return current(store, chat_id, CHAT_VECTORS)
+
+
+def vectors_loaded(vectors: ChatVectors) -> ChatVectors:
+    """`vectors` once their float16 rows are all in process (waits for a pending block)."""
+    if isinstance(vectors.base, PendingBase):
+        vectors.base.block()
+    return vectors

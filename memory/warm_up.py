@@ -19,7 +19,7 @@ from memory.keyword_cache import KEYWORD_LISTS, KEYWORDS, keyword_lists
 from memory.posting_lists import PostingLists
 from memory.rank_snapshots import checkpoint
 from memory.store import Marks, MemoryStore
-from memory.vector_cache import CHAT_VECTORS, VECTORS, ChatVectors, chat_vectors
+from memory.vector_cache import CHAT_VECTORS, VECTORS, ChatVectors, chat_vectors, vectors_loaded
 
 
 async def warm_memories(store: MemoryStore, chat_id: int) -> int:
@@ -36,7 +36,7 @@ async def warm_memories(store: MemoryStore, chat_id: int) -> int:
         built = await asyncio.to_thread(ChatVectors.build, store.vector_rows(chat_id))
         put_current(store, chat_id, CHAT_VECTORS, marks, built)
     count = len(keyword_lists(store, chat_id))
-    if vectors:
-        chat_vectors(store, chat_id)
+    if vectors:  # on PostgreSQL the float16 rows arrive in the background: waited for here
+        await asyncio.to_thread(vectors_loaded, chat_vectors(store, chat_id))
     checkpoint(store, chat_id)
     return count

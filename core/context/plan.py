@@ -7,6 +7,7 @@ caller gathers them from the extensions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date
@@ -30,9 +31,10 @@ from core.context.request import (
     unseen_sections,
     with_context,
 )
-from core.context.tool_offer import ToolOffer, offer_tools
+from core.context.tool_offer import ToolOffer, offer_tools, without_tools
 from core.model.calibration import estimator_for
 from core.model.profile import (
+    ModelProfile,
     Window,
     effective_window,
     load_profile,
@@ -45,11 +47,21 @@ from core.model.tokens import TokenEstimator
 from core.storage.store import SessionStore, StoredMessage
 from core.tools.registry import ToolRegistry
 
+logger = logging.getLogger(__name__)
+
 
 def small_window_protect_turns(usable: int) -> int:
     """User turns kept whole when a small window is pruned: one per ~1,500 usable tokens
     (a turn of ~700-character messages is ~220 tokens), at least the newest."""
     return max(1, usable // 1_500)
+
+
+def late_system_allowed(config: Config, profile: ModelProfile) -> bool:
+    """Whether context blocks may go in system messages after the first: the template
+    accepts them, and does not write the tool schemas into each one (llama-cpp-python's
+    chatml-function-calling does: one system message then carries them once)."""
+    repeats = bool(profile.tools_per_system) and tools_enabled(config.llm, profile)
+    return profile.late_system is not False and not repeats
 
 
 PRESSURE_LEVELS = ((0.9, "critical"), (0.75, "high"), (0.5, "medium"))
@@ -193,15 +205,17 @@ class RequestPlanner:
         tools: bool,
         protect_turns: int | None = None,
         images: Sequence[int] = (),
+        tools_scale: float = 1.0,
     ) -> RequestPlan:
         """The next request, pruned when its estimate passes `prune_threshold`.
 
         `protect_turns` forces pruning with that many protected user turns (emergency use).
         `images` are the planned tokens of each image the request will carry (its turn's).
+        `tools_scale` shrinks the tools' budget (a retry after the server found it too long).
         """
         config = self.config
-        estimator = estimator_for(self.store, config, self.model)
         profile = load_profile(self.store, self.model)  # read once per plan
+        estimator = estimator_for(self.store, config, self.model, profile)
         window = resolve_window(config.llm, profile)
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
@@ -209,13 +223,14 @@ class RequestPlanner:
         _, newest = split_newest(history)
         message = newest[0].content if newest else ""
         budgeted = apply_budget(focus_sections(sections, message), budget)
-        late_system = profile.late_system is not False
+        late_system = late_system_allowed(config, profile)
         in_prompt = profile.tools_in_prompt is not False
         short = usable < SHORT_PROMPT_TOKENS and in_prompt
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
         if tools and tools_enabled(config.llm, profile):
-            offer = self.offer(chat, parts, estimator, int(usable * config.context.tools_share))
+            budget_tokens = int(usable * config.context.tools_share * tools_scale)
+            offer = self.offer(chat, parts, estimator, budget_tokens)
         plan = RequestPlan(
             messages=parts.messages(),
             tools=offer.schemas if offer is not None else None,
@@ -230,7 +245,23 @@ class RequestPlanner:
             images=len(images),
             image_tokens=sum(images),
         )
-        return self.pruned(plan, protect_turns, len(pending))
+        return self.fit_tools(chat, parts, self.pruned(plan, protect_turns, len(pending)))
+
+    def fit_tools(self, chat: Chat, parts: RequestParts, plan: RequestPlan) -> RequestPlan:
+        """The last guard: tools that would take the request past the window are offered
+        within the room its messages leave (the offer's own rules: compacted, then the
+        essential, relevant and recent ones), or not at all when none fits. A request never
+        goes over the window because of its tools."""
+        if not plan.tools or not plan.tools_in_prompt or plan.tokens <= plan.window:
+            return plan
+        estimator = plan.estimator
+        room = plan.window - (plan.tokens - estimator.tools(plan.tools, plan.messages))
+        offer = self.offer(chat, parts, estimator, max(0, room))
+        if offer.schemas and estimator.tools(offer.schemas, plan.messages) > room:
+            offer = without_tools(offer, "no room left in the window")
+        logger.info("tools cut to fit the window in %s: %d of %d offered (room %d tokens)",
+                    chat.key, len(offer.schemas), len(plan.tools), room)  # fmt: skip
+        return replace(plan, tools=offer.schemas or None, tool_offer=offer)
 
     def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
         """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is

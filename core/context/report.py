@@ -12,7 +12,6 @@ from core.config import MediaConfig
 from core.context.budget import SectionMeta
 from core.context.plan import RequestPlan, RequestPlanner
 from core.model.profile import load_profile, model_label, server_disagrees
-from core.model.tokens import request_chars
 
 
 @dataclass(frozen=True)
@@ -232,8 +231,7 @@ def context_report(
 
 def _tools_tokens(plan: RequestPlan) -> int:
     """The tool schemas' tokens (0 when the server's template drops them)."""
-    schemas = plan.estimator.chars(request_chars([], plan.tools)) if plan.tools else 0
-    return schemas if plan.tools_in_prompt else 0
+    return plan.estimator.tools(plan.tools, plan.messages) if plan.tools_in_prompt else 0
 
 
 def _image_fields(plan: RequestPlan, planner: RequestPlanner) -> dict[str, int]:

@@ -1,7 +1,9 @@
 """The tools offered with a request, within their own budget.
 
-Tool schemas are part of every request. When they fit their budget (`tools_share` of the
-usable window) every tool is offered as written. Past it their descriptions are compacted
+Tool schemas are part of every request, at what the server makes of them (the model's
+learned tool cost: a function-calling preamble plus the schemas). When they fit their
+budget (`tools_share` of the usable window, less when the messages leave less room) every
+tool is offered as written. Past it their descriptions are compacted
 (the first sentence; only the required parameters, undescribed); still past it, only the tools the
 chat likely needs are offered: the essential ones (memory) always, then others by
 relevance to the newest message or by recent use in the history, while they fit. What was
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.api import Tool
-from core.model.tokens import TokenEstimator, request_chars
+from core.model.tokens import TokenEstimator
 
 DESCRIPTION_CHARS = 60
 _WORD = re.compile(r"[a-z0-9]{4,}")
@@ -86,28 +88,31 @@ def offer_tools(
     """The schemas of `tools` within `budget_tokens` (see the module docstring); `recent`
     names the tools called in the stored history, newest last."""
 
-    def cost(schemas: list[dict[str, Any]]) -> int:
-        return estimator.chars(request_chars([], schemas)) if schemas else 0
-
     full = [tool.schema() for tool in tools]
-    if cost(full) <= budget_tokens:
+    if estimator.tools(full) <= budget_tokens:
         return ToolOffer(full, budget_tokens=budget_tokens)
     compact = {tool.name: compact_schema(tool) for tool in tools}
-    if cost(list(compact.values())) <= budget_tokens:
+    if estimator.tools(list(compact.values())) <= budget_tokens:
         return ToolOffer(list(compact.values()), True, budget_tokens=budget_tokens)
     chosen, left_out = choose_tools(tools, message, recent)
-    used = cost([compact[name] for name in chosen])
+
+    def offered(names: set[str]) -> list[dict[str, Any]]:
+        return [compact[tool.name] for tool in tools if tool.name in names]
+
     for tool in tools:
         if tool.name in chosen or tool.name in left_out:
             continue
-        extra = cost([compact[tool.name]])
-        if used + extra <= budget_tokens:
+        if estimator.tools(offered(chosen | {tool.name})) <= budget_tokens:
             chosen.add(tool.name)
-            used += extra
         else:
             left_out[tool.name] = "relevant, but over the tool budget"
-    schemas = [compact[tool.name] for tool in tools if tool.name in chosen]
-    return ToolOffer(schemas, True, left_out, budget_tokens)
+    return ToolOffer(offered(chosen), True, left_out, budget_tokens)
+
+
+def without_tools(offer: ToolOffer, reason: str) -> ToolOffer:
+    """`offer` with every tool left out for `reason` (the request has no room for any)."""
+    left_out = dict(offer.left_out) | {name: reason for name in offer.names}
+    return ToolOffer([], offer.compacted, left_out, 0)
 
 
 def choose_tools(

@@ -3,6 +3,9 @@
 Calibration counts only what the server tokenised: when a request carried tools, the
 response tells whether their schemas reached the prompt, and the model's profile
 remembers it (`tools_in_prompt`), so the estimate leaves them out where they are dropped.
+Where they reach it, the prompt's tokens are split between the messages (the ratio) and
+the tool block (the profile's tool cost: preamble, per-character cost, repeated per system
+message or not), each learned from its share.
 """
 
 from __future__ import annotations
@@ -11,24 +14,36 @@ from collections.abc import Sequence
 from typing import Any
 
 from core.config import Config
-from core.model.profile import learn, load_profile
+from core.model.profile import ModelProfile, learn, load_profile, tool_cost, tool_cost_facts
 from core.model.tokens import (
     PLAUSIBLE_RATIOS,
     Calibration,
     TokenEstimator,
+    ToolSample,
+    copies_reading,
     next_calibration,
+    next_tool_cost,
     observed_ratio,
     request_chars,
+    schema_chars,
+    system_messages,
     tools_counted,
 )
 from core.storage.store import SessionStore
 
 
-def estimator_for(store: SessionStore, config: Config, model: str | None = None) -> TokenEstimator:
-    """The calibrated estimator of `model` (default `[llm] model`), else the configured ratio."""
-    calibration = store.load_calibration(model or config.llm.model)
+def estimator_for(
+    store: SessionStore,
+    config: Config,
+    model: str | None = None,
+    profile: ModelProfile | None = None,
+) -> TokenEstimator:
+    """The calibrated estimator of `model` (default `[llm] model`), else the configured ratio,
+    with the tool cost learned in its profile (`profile`, when the caller has it read)."""
+    name = model or config.llm.model
+    calibration = store.load_calibration(name)
     ratio = calibration.chars_per_token if calibration else config.context.chars_per_token
-    return TokenEstimator(ratio)
+    return TokenEstimator(ratio, tool_cost(profile or load_profile(store, name)))
 
 
 def calibrate(
@@ -70,8 +85,16 @@ def tools_were_counted(
     """Whether `prompt_tokens` included the tool schemas. A clear reading is learned for
     the model; an unclear one falls back to what was learned before (else True)."""
     count = len(messages)
-    with_tools = observed_ratio(request_chars(messages, tools), count, prompt_tokens)
-    without = observed_ratio(request_chars(messages), count, prompt_tokens)
+    chars = request_chars(messages)
+    estimator = estimator_for(store, config, model)
+    if estimator.tool_cost.samples and load_profile(store, model).tools_in_prompt:
+        return True  # learned: what the estimate misses is the tool cost's to fit, not a flip
+    if estimator.tool_cost.samples:  # the messages' ratio once the tools' tokens are off
+        tokens = prompt_tokens - estimator.tools(tools, messages)
+        with_tools = observed_ratio(chars, count, tokens)
+    else:  # no tool cost learned yet: the tools' characters at the messages' ratio
+        with_tools = observed_ratio(request_chars(messages, tools), count, prompt_tokens)
+    without = observed_ratio(chars, count, prompt_tokens)
     reading = None
     if with_tools and without:
         reading = tools_counted(with_tools, without, usual_ratio(store, config, model))
@@ -90,9 +113,44 @@ def calibrate_request(
     prompt_tokens: int | None,
 ) -> Calibration | None:
     """Calibrate `model` on a request and its `usage.prompt_tokens`, counting the tool
-    schemas only when the server did."""
+    schemas only when the server did: the request joins the tool cost's fit (the profile),
+    and what that leaves of the prompt calibrates the messages' ratio."""
     counted = bool(tools and prompt_tokens) and tools_were_counted(
         store, config, model, messages, tools or (), prompt_tokens or 0
     )
-    chars = request_chars(messages, tools if counted else None)
-    return calibrate(store, config, model, chars, len(messages), prompt_tokens)
+    chars = request_chars(messages)
+    if not counted or not tools or not prompt_tokens:
+        return calibrate(store, config, model, chars, len(messages), prompt_tokens)
+    estimator = estimator_for(store, config, model)
+    chars_of_tools = schema_chars(tools)
+    systems = system_messages(messages)
+    block = estimator.tool_block(chars_of_tools)
+    per_system = copies_reading(prompt_tokens, estimator.request(messages), block, systems)
+    sample = ToolSample(chars, len(messages), chars_of_tools, systems, prompt_tokens)
+    cost = next_tool_cost(estimator.tool_cost, sample, per_system, estimator.chars_per_token)
+    learn(store, model, **tool_cost_facts(cost))
+    tool_tokens = TokenEstimator(estimator.chars_per_token, cost).tools(tools, messages)
+    return calibrate(store, config, model, chars, len(messages), prompt_tokens - tool_tokens)
+
+
+def learn_from_overflow(
+    store: SessionStore,
+    config: Config,
+    model: str,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]],
+    prompt_tokens: int,
+) -> bool:
+    """Whether an overflow error's stated prompt shows a template that writes the tool block
+    into every system message (learned for the model: its requests then carry one system
+    message). Nothing else is learned from an error: a server's own loop of tool calls
+    (llama-cpp-python's) can grow the prompt it states far past the request sent."""
+    estimator = estimator_for(store, config, model)
+    if estimator.tool_cost.per_system:
+        return False
+    block = estimator.tool_block(schema_chars(tools))
+    message_tokens = estimator.request(messages)
+    if not copies_reading(prompt_tokens, message_tokens, block, system_messages(messages)):
+        return False
+    learn(store, model, tools_per_system=True)
+    return True

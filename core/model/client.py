@@ -51,6 +51,12 @@ _LIMIT_PATTERNS = (
     re.compile(r"\bn_ctx\b\W{0,4}(\d+)", re.IGNORECASE),
     re.compile(r"context (?:size|length|window) (?:of |is )?\(?(\d{3,7})\b", re.IGNORECASE),
 )
+# The prompt's tokens an overflow error states: OpenAI and llama-cpp-python ("(2116 in the
+# messages, 128 in the completion)"), llama.cpp's server ("n_prompt_tokens": 2116).
+_PROMPT_PATTERNS = (
+    re.compile(r"\((\d+) in the messages", re.IGNORECASE),
+    re.compile(r"\bn_prompt_tokens\b\W{0,4}(\d+)", re.IGNORECASE),
+)
 # A chat template that refuses the request layout (Mistral, Gemma, strict ChatML copies).
 _TEMPLATE_HINTS = (
     "system message must be at the beginning",
@@ -126,6 +132,15 @@ def stated_limit(text: str) -> int | None:
     for pattern in _LIMIT_PATTERNS:
         match = pattern.search(text)
         if match and 128 <= int(match.group(1)) <= 10_000_000:
+            return int(match.group(1))
+    return None
+
+
+def stated_prompt(text: str) -> int | None:
+    """The prompt's tokens an overflow error states, if it states them."""
+    for pattern in _PROMPT_PATTERNS:
+        match = pattern.search(text)
+        if match:
             return int(match.group(1))
     return None
 
@@ -389,7 +404,8 @@ def classify_error(status: int, detail: str, body: str = "") -> LLMError:
     """An error answer as the `LLMError` that says what to do about it."""
     said = f"model server answered {status}: {detail}"
     if status in (400, 413, 422, 500) and is_overflow_message(detail):
-        return ContextOverflow(detail, stated_limit(f"{detail} {body}"))
+        said_all = f"{detail} {body}"
+        return ContextOverflow(detail, stated_limit(said_all), stated_prompt(said_all))
     if _has(detail, _TEMPLATE_HINTS):
         return TemplateRejected(said)
     if _has(detail, _TOOLS_HINTS):

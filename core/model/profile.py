@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, Protocol
 
 from core.config import LLMConfig
+from core.model.tokens import ToolCost, ToolSample
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ HOSTED_WINDOWS: dict[str, int] = {
     "gemini": 1_048_576,
 }
 
+_RUNNING_FACTS = frozenset({"tools_fixed", "tools_per_char", "tools_samples"})
+
 StructuredMode = Literal["json_schema", "json_object", "none"]
 
 
@@ -54,6 +57,12 @@ class ModelProfile:
     structured: StructuredMode | None = None
     served_model: str | None = None  # the id the server reports (the label to show)
     vision: bool | None = None  # takes image parts; None: not known (`core.chat.media` guesses)
+    # What the tool schemas cost in the prompt (`core.model.tokens.ToolCost`), as learned
+    # from the server's answers; None: not learned yet.
+    tools_fixed: float | None = None
+    tools_per_char: float | None = None
+    tools_per_system: bool | None = None  # the template repeats them in each system message
+    tools_samples: list[list[int]] | None = None  # `ToolSample`s it was fitted on
 
     def facts(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "model" and v not in (None, "")}
@@ -83,14 +92,39 @@ def load_profile(store: ProfileStore, model: str) -> ModelProfile:
 
 
 def learn(store: ProfileStore, model: str, **facts: Any) -> ModelProfile:
-    """Record new facts about `model`; logs each one that changes."""
+    """Record new facts about `model`; logs each one that changes (the tool cost's running
+    figures, which move with every request that carries tools, only at debug level)."""
     current = load_profile(store, model)
     updated = replace(current, **facts)
     if updated != current:
         changed = {k: v for k, v in updated.facts().items() if current.facts().get(k) != v}
-        logger.info("learned about model %s: %s", model, changed)
+        news = {k: v for k, v in changed.items() if k not in _RUNNING_FACTS}
+        logger.log(logging.INFO if news else logging.DEBUG, "learned about model %s: %s",
+                   model, news or changed)  # fmt: skip
         store.save_model_profile(updated)
     return updated
+
+
+def tool_cost(profile: ModelProfile) -> ToolCost:
+    """The model's learned tool cost, else the default (`ToolCost()`)."""
+    default = ToolCost()
+    samples = tuple(ToolSample(*map(int, row)) for row in profile.tools_samples or ())
+    return ToolCost(
+        default.fixed if profile.tools_fixed is None else profile.tools_fixed,
+        profile.tools_per_char,
+        bool(profile.tools_per_system),
+        samples,
+    )
+
+
+def tool_cost_facts(cost: ToolCost) -> dict[str, Any]:
+    """`cost` as profile facts (what `learn` takes)."""
+    return {
+        "tools_fixed": cost.fixed,
+        "tools_per_char": cost.per_char,
+        "tools_per_system": cost.per_system,
+        "tools_samples": [list(sample) for sample in cost.samples],
+    }
 
 
 def hosted_window(model: str) -> int | None:

@@ -41,7 +41,7 @@ from core.errors import (
     TemplateRejected,
     ToolsUnsupported,
 )
-from core.model.calibration import calibrate_request
+from core.model.calibration import calibrate_request, learn_from_overflow
 from core.model.client import LLM, Completion, ToolCall
 from core.model.profile import learn, load_profile
 from core.model.stream import INTERRUPTED, TextSink
@@ -383,28 +383,42 @@ class Agent:
             try:
                 return await self._complete(turn, plan)
             except (ContextOverflow, TemplateRejected, ToolsUnsupported) as exc:
-                if type(exc) in lessons or not self.learn_from(exc, plan.tools is not None):
+                overflow = isinstance(exc, ContextOverflow)
+                if overflow and ContextOverflow in lessons and plan.tools:
+                    # Still over with fewer tools (llama-cpp-python's own loop of tool
+                    # calls can fill the window): an answer without tools, not an error.
+                    logger.warning("request over the window again in %s (%s); asking without"
+                                   " tools", turn.chat.key, exc)  # fmt: skip
+                    plan = await self.plan(turn, pending, tools=False, protect_turns=1)
+                    continue
+                if type(exc) in lessons or not self.learn_from(exc, plan):
                     raise
                 lessons.add(type(exc))
                 logger.warning("model refused a request in %s (%s); retrying", turn.chat.key, exc)
-                overflow = isinstance(exc, ContextOverflow)
             media = _MEDIA.get()
             if overflow and media is not None and media.images:
                 # The images cost more than planned: half the room, or left out.
                 await fit_images(self.config, media, plan.image_tokens // 2)
             if overflow:
                 await self.compactor.compact(turn, "overflow", overhead(plan))
-                plan = await self.plan(turn, pending, tools=tools, protect_turns=1)
+                # The tools cost more than planned too, maybe: half their budget.
+                plan = await self.plan(turn, pending, tools=tools, protect_turns=1, tools_scale=0.5)
             else:
                 plan = await self.prepare_request(turn, pending, tools=tools)
 
-    def learn_from(self, exc: LLMError, sent_tools: bool) -> bool:
-        """Remember what a refusal says about the model; False when it teaches nothing new."""
+    def learn_from(self, exc: LLMError, plan: RequestPlan) -> bool:
+        """Remember what a refusal of `plan` says about the model; False when it teaches
+        nothing new."""
         model = self.llm.model
         profile = load_profile(self.store, model)
+        sent_tools = plan.tools is not None
         if isinstance(exc, ContextOverflow):
             if exc.limit and not self.config.llm.context_window and exc.limit != profile.window:
                 learn(self.store, model, window=exc.limit, window_source="overflow error")
+            if exc.prompt_tokens and plan.tools and plan.tools_in_prompt:
+                learn_from_overflow(
+                    self.store, self.config, model, plan.messages, plan.tools, exc.prompt_tokens
+                )
             return True
         if isinstance(exc, TemplateRejected) and profile.late_system is not False:
             learn(self.store, model, late_system=False)
@@ -444,13 +458,15 @@ class Agent:
         *,
         tools: bool,
         protect_turns: int | None = None,
+        tools_scale: float = 1.0,
     ) -> RequestPlan:
         """The planned request with the extensions' current dynamic sections."""
         sections = await self.extensions.context_sections(turn)
         images = planned_image_tokens(self.config, _MEDIA.get())
         return self.planner.plan(
-            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns, images=images
-        )
+            turn.chat, sections, pending, tools=tools, protect_turns=protect_turns,
+            images=images, tools_scale=tools_scale,
+        )  # fmt: skip
 
     async def _complete(self, turn: TurnContext, plan: RequestPlan) -> Completion:
         """Send a planned request; record usage and calibrate the token estimate. The
@@ -467,8 +483,10 @@ class Agent:
             completion = await self._send(turn, plan, messages)
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
-        if messages is not plan.messages:
-            return completion  # an image's tokens would skew the text estimate's calibration
+        if messages is not plan.messages or len(completion.tool_calls) > 1:
+            # An image's tokens would skew the text estimate's calibration; llama-cpp-python
+            # reports, for several tool calls, the sum of the prompts it ran for each.
+            return completion
         calibrate_request(
             self.store,
             self.config,

@@ -33,6 +33,7 @@ def _first_query(reopen: Callable[[], Storage], embedder: Any, chat_id: int, war
     """(warm-up ms, first query ms) on a fresh connection."""
     from memory.retrieval import rank_memories
     from memory.stores import memory_store
+    from memory.vector_cache import chat_vectors, vectors_loaded
     from memory.warm_up import warm_memories
 
     storage = reopen()
@@ -44,6 +45,10 @@ def _first_query(reopen: Callable[[], Storage], embedder: Any, chat_id: int, war
         warmed = time.perf_counter()
         rank_memories(store, chat_id, query, 10)
         done = time.perf_counter()
+        if store.embedder is not None and store.vectors_unavailable() is None:
+            # PostgreSQL reads the vectors' float16 block after the first query: let it
+            # arrive here, not during the next start's first query.
+            vectors_loaded(chat_vectors(store, chat_id))
     finally:
         storage.close()
     return (warmed - began) * 1000, (done - warmed) * 1000

@@ -35,7 +35,7 @@ from core.context.summary import (
     usable_summary,
 )
 from core.model.profile import effective_window, load_profile
-from core.model.tokens import TokenEstimator
+from core.model.tokens import TokenEstimator, ToolCost
 from core.storage.store import StoredMessage
 from tests.conftest import make_config
 from tests.core.support import light_runtime
@@ -179,7 +179,7 @@ def _window_of_6000(runtime: Runtime, fake_llm: FakeOpenAIServer) -> None:
 
 
 def _every_request_fits_the_window_of_6000(fake_llm: FakeOpenAIServer) -> None:
-    estimator = TokenEstimator(4.0)
+    estimator = TokenEstimator(4.0, ToolCost(fixed=0.0))  # as the fake server counts
     for request in fake_llm.requests:
         assert orphaned_tool_messages(request["messages"]) == []
         assert estimator.request(request["messages"], request.get("tools")) <= 5_000
@@ -290,7 +290,8 @@ async def test_second_overflow_gives_a_short_error_and_keeps_the_message(
     fake_llm.responder = _summary_responder([])
     await _chat(runtime, "o", 8)
     overflow = FakeReply(status=400, error="context_length_exceeded")
-    fake_llm.add(overflow, FakeReply(content=GOOD_SUMMARY), overflow)
+    # Refused with tools, then with half of them, then without any.
+    fake_llm.add(overflow, FakeReply(content=GOOD_SUMMARY), overflow, overflow)
     reply = await runtime.agent.handle(Inbound("terminal", "o", "still too big"))
     assert reply is not None and reply.is_error
     stored = runtime.store.history(1)[-1]

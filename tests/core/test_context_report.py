@@ -14,7 +14,8 @@ from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
 from core.context.plan import pressure
 from core.context.report import context_report
-from core.model.tokens import REQUEST_OVERHEAD_TOKENS, TokenEstimator
+from core.model.calibration import estimator_for
+from core.model.tokens import REQUEST_OVERHEAD_TOKENS
 from core.storage.db import connect
 from migrations import migrate
 from tests.conftest import REPO, run_mnemo, write_config
@@ -80,9 +81,12 @@ async def test_context_accounts_for_every_token_tool_schemas_included(
     assert sum(report.parts().values()) == report.total_tokens
     schemas = runtime.extensions.tools.schemas()
     assert report.tool_count == len(schemas) >= 2
-    assert report.tools_tokens == TokenEstimator(report.chars_per_token).chars(
-        len(json.dumps(schemas, ensure_ascii=False))
-    )
+    estimator = estimator_for(runtime.store, runtime.config)
+    assert (
+        report.tools_tokens
+        == estimator.tools(schemas)
+        > estimator.chars(len(json.dumps(schemas, ensure_ascii=False)))
+    )  # the schemas and the function-calling preamble the model's tool cost adds
     assert report.tools_tokens > report.total_tokens // 20  # not a rounding error
     # What is left is the answer's header and per-message rounding, nothing hidden.
     assert REQUEST_OVERHEAD_TOKENS <= report.framing_tokens <= REQUEST_OVERHEAD_TOKENS + 8

@@ -22,7 +22,7 @@ from core.context.report import context_report
 from core.context.request import MEMORY_RULES, SHORT_MEMORY_RULES, static_prefix
 from core.context.summary import SummaryBudget
 from core.context.tool_offer import compact_schema, offer_tools
-from core.model.tokens import TokenEstimator
+from core.model.tokens import TokenEstimator, ToolCost
 from tests.core.support import light_runtime
 
 
@@ -48,7 +48,8 @@ TOOLS = [
     _tool("stock_price", "The latest price of a stock ticker. Delayed by 15 minutes."),
     _tool("translate_text", "Translate a text into another language. Keeps formatting."),
 ]
-ESTIMATOR = TokenEstimator(4.0)
+# A server that counts the schemas as plain text, without a function-calling preamble.
+ESTIMATOR = TokenEstimator(4.0, ToolCost(fixed=0.0))
 
 
 def test_tools_within_their_budget_are_offered_as_written() -> None:

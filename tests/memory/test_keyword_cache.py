@@ -114,6 +114,35 @@ def test_applied_changes_rank_as_a_fresh_build(monkeypatch: pytest.MonkeyPatch) 
     assert len(first.score(query_terms("tomatoes"), 10)) == 1
 
 
+def test_changes_keep_bm25_bit_equal_without_a_pass_over_the_whole_chat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A change keeps the live memories' token total current instead of re-reading every
+    memory's length, and scores only the postings a query reads: the same bits as a fresh
+    build, and the two segments' ids are never joined for it."""
+    monkeypatch.setattr(posting_lists, "MASKED_SHARE", 0.9)
+    rng = random.Random(4)
+    words = ["garden", "roses", "red", "tulips", "water", "sun", "kitchen", "street", "april"]
+    rows = {i: (i, " ".join(rng.choices(words, k=rng.randint(2, 9))), "") for i in range(1, 40)}
+    lists = PostingLists.build(rows.values())
+    for step in range(30):
+        memory_id = rng.randint(1, 50)
+        if step % 4 == 3 and memory_id in rows:
+            del rows[memory_id]
+            lists = lists.apply([], [memory_id])
+        else:
+            rows[memory_id] = (memory_id, " ".join(rng.choices(words, k=rng.randint(1, 12))), "")
+            lists = lists.apply([rows[memory_id]], [])
+        fresh = PostingLists.build(rows.values())
+        assert lists.average == fresh.average and lists.count == fresh.count
+        for query in ("garden roses", "sun water april", "tomatoes"):
+            terms = query_terms(query)  # ties may come in another order: compare as dicts
+            assert dict(lists.score(terms, 100)) == dict(fresh.score(terms, 100))
+        assert "ids" not in vars(lists)  # made only when asked
+    assert len(lists.recent.rows) and lists.masked  # both segments took part
+    assert sorted(lists.ids[lists.alive.tolist() + [True] * len(lists.recent.ids)]) == sorted(rows)
+
+
 def test_the_recent_segment_merges_into_the_base(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(posting_lists, "RECENT_MIN", 1)
     monkeypatch.setattr(posting_lists, "RECENT_SHARE", 0.0)

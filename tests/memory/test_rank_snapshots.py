@@ -5,20 +5,28 @@ does, and a forgotten memory is in no snapshot."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
 from core.storage.engine import Storage
 from memory import posting_lists
-from memory.keyword_cache import KEYWORDS, keyword_lists
+from memory.keyword_cache import KEYWORD_DOCS, KEYWORDS, keyword_lists
 from memory.posting_lists import PackedRows, PostingLists, query_terms
-from memory.posting_snapshot import lists_arrays, lists_from_arrays
+from memory.posting_snapshot import DeferredRows, lists_arrays, lists_from_arrays
 from memory.rank_snapshots import checkpoint, checkpoint_held
 from memory.retrieval import rank_memories
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import MemoryStore
 from memory.stores import memory_store
-from memory.vector_cache import VECTORS, ChatVectors, chat_vectors
+from memory.vector_cache import (
+    VECTOR_CODES,
+    VECTORS,
+    ChatVectors,
+    chat_vectors,
+    vectors_loaded,
+)
 from memory.warm_up import warm_memories
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
@@ -63,7 +71,7 @@ def _ranked(store: MemoryStore, chat: int, query: str) -> list[int]:
 
 def test_a_new_connection_loads_the_saved_lists_and_grows_them(engine: Engine) -> None:
     store, chat, ids = _filled(engine)
-    assert checkpoint(store, chat, 0) == [KEYWORDS, VECTORS]
+    assert checkpoint(store, chat, 0) == [KEYWORDS, KEYWORD_DOCS, VECTORS, VECTOR_CODES]
     storage, again = _reopened(engine)
     try:
         lists = keyword_lists(again, chat)
@@ -171,15 +179,16 @@ def test_vectors_of_another_model_are_not_loaded(engine: Engine) -> None:
 
 def test_checkpoints_save_only_what_is_behind(engine: Engine) -> None:
     store, chat, _ = _filled(engine)
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS]  # none saved yet
+    every = [KEYWORDS, KEYWORD_DOCS, VECTORS, VECTOR_CODES]
+    assert checkpoint(store, chat, least=3) == every  # none saved yet
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "one more", "EVENT", source="t")
     store.add(chat, "two more", "EVENT", source="t")
     assert checkpoint(store, chat, least=3) == []
     store.add(chat, "three more", "EVENT", source="t")
-    assert checkpoint(store, chat, least=3) == [KEYWORDS, VECTORS]
+    assert checkpoint(store, chat, least=3) == every
     store.add(chat, "a fourth", "EVENT", source="t")
-    assert checkpoint_held(store, least=1) == 2  # the chats held in this process
+    assert checkpoint_held(store, least=1) == 4  # the chats held in this process
 
 
 def test_the_warm_up_saves_and_the_next_start_loads(engine: Engine) -> None:
@@ -214,29 +223,107 @@ def test_a_loaded_base_merges_and_renumbers_from_term_numbers(
 
 def test_postgresql_reads_the_vector_snapshot_ahead_of_the_keyword_lists(engine: Engine) -> None:
     """A chat's first query on PostgreSQL: reading its keyword snapshot starts reading its
-    vector snapshot on another connection, which the vector load then takes (SQLite reads
+    vectors' sign codes on another connection, which the vector load then takes (SQLite reads
     each when asked). What is read ahead equals a plain read; saving or dropping snapshots
     drops a read-ahead, so a forgotten memory's vector never comes back through one."""
     store, chat, ids = _filled(engine)
     checkpoint(store, chat, 0)
-    plain = {kind: store.rank_snapshot(chat, kind) for kind in (VECTORS, KEYWORDS)}
+    plain = {kind: store.rank_snapshot(chat, kind) for kind in (VECTOR_CODES, KEYWORDS)}
     storage, again = _reopened(engine)
     try:
         reader = again._snapshots  # type: ignore[attr-defined]
         keywords = again.rank_snapshot(chat, KEYWORDS)
-        vectors = again.rank_snapshot(chat, VECTORS)
-        assert (keywords, vectors) == (plain[KEYWORDS], plain[VECTORS])
+        vectors = again.rank_snapshot(chat, VECTOR_CODES)
+        assert (keywords, vectors) == (plain[KEYWORDS], plain[VECTOR_CODES])
         assert reader.served_ahead == (1 if engine.name == "postgresql" else 0)
         assert _ranked(again, chat, "violin Lisbon")[0] == ids[0]  # its first query
         served = reader.served_ahead
         assert served == (2 if engine.name == "postgresql" else 0)
         again.rank_snapshot(chat, KEYWORDS)
         again.forget(ids[0], forgotten_by="user")  # drops the snapshots and the read-ahead
-        assert again.rank_snapshot(chat, VECTORS) is None
+        assert again.rank_snapshot(chat, VECTOR_CODES) is None
         assert reader.served_ahead == served
     finally:
         storage.close()
     bm25_only = memory_store(engine.storage)  # no embedder: nothing read ahead
     bm25_only.rank_snapshot(chat, KEYWORDS)
-    bm25_only.rank_snapshot(chat, VECTORS)
+    bm25_only.rank_snapshot(chat, VECTOR_CODES)
     assert bm25_only._snapshots.served_ahead == 0  # type: ignore[attr-defined]
+
+
+def _merged_scores(lists: PostingLists, query: str) -> list[tuple[int, float]]:
+    """Scores after merging every memory into one base (which reads each one's terms)."""
+    return lists_from_arrays(lists_arrays(lists)).score(query_terms(query), 10)
+
+
+def test_the_memories_terms_are_read_at_the_first_change_not_the_first_query(
+    engine: Engine,
+) -> None:
+    """The lists load without each memory's term numbers (`KEYWORD_DOCS`, saved apart); a
+    query never reads them, the first change does, from the snapshot saved with the lists."""
+    store, chat, ids = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    try:
+        lists = keyword_lists(again, chat)
+        assert isinstance(lists.base.rows, DeferredRows)
+        _ranked(again, chat, "violin Lisbon")
+        assert not lists.base.rows.loaded  # a query reads no term numbers
+        new = again.add(chat, "Ana tunes the violin in Porto", "EVENT", source="t")
+        again.update(ids[1], "Ben fixed a motorbike on Monday")
+        grown = keyword_lists(again, chat)
+        assert lists.base.rows.loaded and grown.recent.ids.tolist() == [ids[1], new]
+        fresh = PostingLists.build(again.ranking_rows(chat))
+        for query in ("violin Porto", "Ben motorbike", "pasta basil"):
+            assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
+    finally:
+        storage.close()
+
+
+def test_terms_saved_with_newer_lists_are_not_taken(engine: Engine) -> None:
+    """Lists saved anew between loading the lists and their first change: their memories'
+    terms are made again from the texts, and merging still equals a fresh build."""
+    store, chat, ids = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    try:
+        lists = keyword_lists(again, chat)
+        store.update(ids[1], "Ben saw the cherry blossoms")  # the newer lists hold it last
+        checkpoint(store, chat, 0)  # another process: newer lists and docs, same memories
+        grown = keyword_lists(again, chat)  # the edit: its terms are looked up
+        assert lists.base.rows.loaded  # type: ignore[attr-defined]
+        fresh = PostingLists.build(again.ranking_rows(chat))
+        for query in ("cherry blossoms", "kayak summer", "garden fence blue", "Ana violin"):
+            assert same(_merged_scores(grown, query), fresh.score(query_terms(query), 10))
+    finally:
+        storage.close()
+
+
+def test_saved_weights_are_exact_in_their_narrow_type() -> None:
+    """Weights (sums of 1 and 0.5) are saved as float16 while every one is below 1,024 and
+    as float32 past it; either way the loaded lists score as the built ones."""
+    usual = PostingLists.build([(1, "bee bee honey", "bee"), (2, "honey cake", "")])
+    huge = PostingLists.build([(1, "bee honey", "bee " * 2100), (2, "bee cake", "")])
+    for lists, kind in ((usual, "float16"), (huge, "float32")):
+        arrays = lists_arrays(lists)
+        assert arrays["weights"].dtype.name == kind
+        loaded = lists_from_arrays(arrays)
+        for query in ("bee", "honey cake"):
+            terms = query_terms(query)
+            assert same(loaded.score(terms, 10), lists.score(terms, 10))
+
+
+def test_a_closed_connection_leaves_no_cached_data_behind(engine: Engine) -> None:
+    """The data a connection's chats hold (loaded lists whose terms are read later, vectors
+    whose float16 block came later) keeps no reference to the store: once the connection is
+    closed and dropped, its cache entries go (the cache is keyed by it, weakly)."""
+    store, chat, _ = _filled(engine)
+    checkpoint(store, chat, 0)
+    storage, again = _reopened(engine)
+    key = weakref.ref(again.cache_key)
+    _ranked(again, chat, "violin Lisbon")
+    vectors_loaded(chat_vectors(again, chat))
+    storage.close()
+    del storage, again
+    gc.collect()
+    assert key() is None

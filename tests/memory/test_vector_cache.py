@@ -116,3 +116,25 @@ def test_sign_bit_search_is_near_exact_and_skips_masked_rows() -> None:
     without = vectors.apply([], [42])
     assert 42 not in dict(without.search(query, 50)[0])
     assert without.search(query, 5, also=[42, 43])[1].keys() == {43}
+
+
+def test_recent_vectors_are_stacked_once_per_version_and_searched_exactly() -> None:
+    """A recent segment grows to thousands of vectors before it merges: a search stacks
+    them once per version of the vectors, not at every search, and scores them as before."""
+    rng = np.random.default_rng(3)
+    matrix = rng.normal(size=(40, 8)).astype(np.float32)
+    base = ChatVectors.build([(i + 1, matrix[i].tobytes()) for i in range(30)])
+    vectors = base.apply([(i + 1, matrix[i].tobytes()) for i in range(30, 40)], [])
+    assert len(vectors.recent) == 10 and not base.recent
+    query = rng.normal(size=8).tolist()
+    first = vectors.search(query, 40)
+    stacked = vectors.recent_rows[1]
+    assert vectors.search(query, 40) == first and vectors.recent_rows[1] is stacked
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    expected = unit @ (np.asarray(query, np.float32) / np.linalg.norm(query))
+    assert [mid for mid, _ in first[0]][:5] == [int(i) + 1 for i in np.argsort(-expected)[:5]]
+    recent_ids = {mid: sim for mid, sim in first[0] if mid > 30}
+    assert recent_ids == pytest.approx({i + 1: float(expected[i]) for i in range(30, 40)})
+    newer = vectors.apply([(35, matrix[0].tobytes())], [36])  # one changed, one gone
+    assert newer.recent_rows[0].tolist() == [31, 32, 33, 34, 37, 38, 39, 40, 35]
+    assert dict(newer.search(query, 40)[0])[35] == pytest.approx(float(expected[0]), abs=1e-3)

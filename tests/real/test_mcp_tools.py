@@ -46,13 +46,10 @@ async def test_a_real_model_calls_an_mcp_tool_over_stdio(
         timeout=20,  # the model may pick `t__hang`: a timeout is an answer too, only sooner
     )
     plugins = (default_plugin, mcp_plugin)
-    # llama-cpp's chatml-function-calling prompt spells every offered schema out at length:
-    # with all nine tools the first request is 2116 tokens, over the 2048 window. A smaller
-    # tools budget offers the tools the ask names (t__echo) first.
-    context = {"tools_share": 0.1}
-    async with real_runtime(
-        tools_server, plugins, mcp={"servers": [server]}, context=context
-    ) as runtime:
+    # All nine tools offered, at the default tools budget: their cost in llama-cpp's
+    # chatml-function-calling prompt (a preamble, the schemas, once per system message) is
+    # learned from the answers, and a request is never planned over the window for them.
+    async with real_runtime(tools_server, plugins, mcp={"servers": [server]}) as runtime:
         mcp = next(e for e in runtime.extensions if isinstance(e, McpExtension))
         services = [asyncio.create_task(s.run()) for s in runtime.extensions.services()]
         try:

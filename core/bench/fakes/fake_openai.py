@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.bench.fakes.chat_formats import rendered_prompt_tokens
 from core.bench.fakes.fake_stream import stream_events, write_events
 from core.bench.fakes.loopback import JsonHandler, LoopbackServer
 
@@ -75,6 +76,9 @@ class ServerTraits:
     max_model_len: int | None = None  # vLLM's field in /v1/models
     ollama: OllamaTraits | None = None  # also answer /api/show and /api/ps
     tools_dropped: bool = False  # like a template that ignores tools: not in prompt_tokens
+    # "chatml-function-calling": the prompt counted as llama-cpp-python renders it (the
+    # tools written into every system message, `core.bench.fakes.chat_formats`)
+    chat_format: str = ""
     stream: str = "sse"  # on `stream: true`: "sse", "refuse" (400) or "json" (a whole answer)
     no_stream_options: bool = False  # 400 on `stream_options` (older OpenAI-compatible servers)
     no_vision: bool = False  # 500 on an image part, as llama.cpp's server without an mmproj
@@ -109,6 +113,12 @@ class ServerTraits:
         loaded = self.served[0]
         return {"models": [{"name": f"{loaded}:latest", "context_length": self.ollama.running_ctx}]}
 
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        """The prompt's tokens as this server counts them."""
+        if self.chat_format == "chatml-function-calling":
+            return rendered_prompt_tokens(request)
+        return prompt_tokens_of(request, self.tools_dropped)
+
     def refusal(self, request: dict[str, Any]) -> tuple[int, str] | None:
         """The error a real server would send for `request`, if any."""
         messages = request.get("messages", [])
@@ -134,7 +144,7 @@ class ServerTraits:
         if self.stream == "refuse" and request.get("stream"):
             return 400, "streaming is not supported by this server"
         if self.n_ctx is not None:
-            prompt = prompt_tokens_of(request, self.tools_dropped)
+            prompt = self.prompt_tokens(request)
             completion = int(request.get("max_tokens") or 16)
             if prompt >= self.n_ctx:  # as llama-cpp-python: a longer answer is just cut
                 return 400, (
@@ -259,7 +269,7 @@ class FakeOpenAIServer(LoopbackServer):
             def send_stream(self, request: dict[str, Any], reply: FakeReply) -> None:
                 prompt = reply.prompt_tokens
                 if prompt is None:
-                    prompt = prompt_tokens_of(request, server.traits.tools_dropped)
+                    prompt = server.traits.prompt_tokens(request)
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -320,18 +330,22 @@ class FakeOpenAIServer(LoopbackServer):
             return reply.status, json.dumps({"error": error})
         if request.get("stream") and self.traits.stream == "sse":
             return reply
-        return 200, json.dumps(completion_body(request, reply, self.traits.tools_dropped))
+        prompt = self.traits.prompt_tokens(request)
+        return 200, json.dumps(completion_body(request, reply, prompt=prompt))
 
 
 def completion_body(
-    request: dict[str, Any], reply: FakeReply, tools_dropped: bool = False
+    request: dict[str, Any],
+    reply: FakeReply,
+    tools_dropped: bool = False,
+    prompt: int | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
     if reply.tool_calls:
         message["tool_calls"] = reply.tool_calls
     prompt_tokens = reply.prompt_tokens
     if prompt_tokens is None:
-        prompt_tokens = prompt_tokens_of(request, tools_dropped)
+        prompt_tokens = prompt if prompt is not None else prompt_tokens_of(request, tools_dropped)
     finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
     return {
         "id": f"chatcmpl-{int(time.time() * 1000)}",
