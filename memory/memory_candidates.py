@@ -10,14 +10,18 @@ speaker the `Name:` its text starts with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import date
 
 from memory.second_stage import leading_speaker, split_day
-from memory.store import Memories, Memory, MemoryStore, RankText
+from memory.store import Memory, MemoryStore, RankText, RankTexts
 
 Candidate = RankText | Memory  # both have id, chat_id, content and created_at
 
 NEIGHBOUR_PREFETCH = 9  # with the item asked: the best ten candidates' neighbours in one read
+# Read with the candidates' rows (`MemoryCandidates.read`): the neighbours of the first
+# stage's best; the neighbour step's few best after re-scoring are nearly always among them.
+NEIGHBOURS_WITH_ROWS = 12
 
 
 def stored_day(stamp: str) -> date | None:
@@ -47,7 +51,35 @@ class MemoryCandidates:
         self.store = store
         self.chat_id = chat_id
         self.rows = rows
-        self._near: dict[int, Memories] = {}  # read ahead, by the item they surround
+        self._near: dict[int, Sequence[Candidate]] = {}  # read ahead, by the item they surround
+
+    @classmethod
+    def read(
+        cls,
+        store: MemoryStore,
+        chat_id: int | None,
+        ids: Sequence[int],
+        known: Mapping[int, Candidate] | None = None,
+    ) -> MemoryCandidates:
+        """The candidates `ids` (best first; `known`: rows already read) with the neighbours
+        of the first `NEIGHBOURS_WITH_ROWS` of them, in one read (one round trip on
+        PostgreSQL)."""
+        known = known or {}
+        missing = [item for item in ids if item not in known]
+        seeds = list(ids[:NEIGHBOURS_WITH_ROWS]) if chat_id is not None else []
+        near: dict[int, RankTexts] = {}
+        if chat_id is None:
+            read = store.rank_texts(missing)
+        else:
+            read, near = store.rank_texts_around(chat_id, missing, seeds)
+        rows: dict[int, Candidate] = {}
+        for item in ids:
+            row = known.get(item) or read.get(item)
+            if row is not None:
+                rows[item] = row
+        candidates = cls(store, chat_id, rows)
+        candidates._near.update((seed, near.get(seed, [])) for seed in seeds)
+        return candidates
 
     def text(self, item: int) -> str:
         memory = self.rows.get(item)
@@ -84,6 +116,6 @@ class MemoryCandidates:
             if memory.chat_id == chat_id and memory_id not in self._near and memory_id != item
         ][:NEIGHBOUR_PREFETCH]
         wanted = [item, *ahead]
-        found = self.store.adjacent_many(chat_id, wanted)
+        _, found = self.store.rank_texts_around(chat_id, [], wanted)
         for memory_id in wanted:
             self._near[memory_id] = found.get(memory_id, [])

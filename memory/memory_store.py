@@ -39,6 +39,7 @@ from memory.store import (
     RankingRows,
     RankSnapshot,
     RankText,
+    RankTexts,
     Tombstones,
     Vector,
     VectorRows,
@@ -58,6 +59,8 @@ _COLUMNS = (
     " last_seen_at, archived, expires_at, embedding_model, context, sender_id, sender_name"
 )
 _M_COLUMNS = ", ".join("m." + column.strip() for column in _COLUMNS.split(","))
+_RANK_COLUMNS = "id, chat_id, content, created_at"  # a `RankText`
+_RANK_M_COLUMNS = "m.id, m.chat_id, m.content, m.created_at"
 _ACTIVE = "archived = 0 AND (expires_at IS NULL OR expires_at > ?)"
 _CHUNK = 500  # ids per statement (SQLite binds each one)
 _Row = TypeVar("_Row")  # what `_rows_by_ids` makes of a row
@@ -349,7 +352,38 @@ class DatabaseMemoryStore:
         return self._rows_by_ids(ids, _COLUMNS, memory_from_row)
 
     def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
-        return self._rows_by_ids(ids, "id, chat_id, content, created_at", lambda r: RankText(*r))
+        return self._rows_by_ids(ids, _RANK_COLUMNS, lambda r: RankText(*r))
+
+    def rank_texts_around(
+        self, chat_id: int, ids: Sequence[int], seeds: Sequence[int]
+    ) -> tuple[dict[int, RankText], dict[int, RankTexts]]:
+        """`rank_texts(ids)` and, in the same statement (one round trip on PostgreSQL where
+        two were two), the chat's own unarchived memories stored just before and after each
+        of `seeds` (`adjacent_many`'s rows, as `RankText`s): seed -> them, oldest first."""
+        wanted = [int(i) for i in ids if 0 < int(i) <= MAX_MEMORY_ID]
+        around = list(dict.fromkeys(int(i) for i in seeds))[:_CHUNK]
+        parts: list[str] = []
+        params: list[Any] = []
+        if wanted:
+            among, values = self.db.dialect.in_values("id", wanted[:_CHUNK])
+            parts.append(f"SELECT 0, {_RANK_COLUMNS} FROM memories WHERE {among}")
+            params.extend(values)
+        if around:
+            parts.append(_around_sql(len(around), _RANK_M_COLUMNS))
+            params.extend((*around, chat_id, chat_id))
+        rows = self.db.read(" UNION ALL ".join(parts), tuple(params)) if parts else []
+        texts: dict[int, RankText] = {}
+        near: dict[int, RankTexts] = {}
+        for row in rows:
+            text = RankText(*row[1:])
+            if row[0]:
+                near.setdefault(int(row[0]), []).append(text)
+            else:
+                texts[text.id] = text
+        texts.update(self.rank_texts(wanted[_CHUNK:]))
+        for found in near.values():
+            found.sort(key=lambda text: text.id)
+        return {i: texts[i] for i in wanted if i in texts}, near
 
     def _rows_by_ids(
         self, ids: Sequence[int], columns: str, make: Callable[[Any], _Row]
@@ -384,13 +418,8 @@ class DatabaseMemoryStore:
         wanted = list(dict.fromkeys(int(i) for i in memory_ids))[:_CHUNK]
         if not wanted:
             return {}
-        inside = "FROM memories WHERE chat_id = ? AND archived = 0 AND id"
-        seeds = ", ".join("(CAST(? AS BIGINT))" for _ in wanted)
         rows = self.db.read(
-            f"SELECT s.column1, {_M_COLUMNS} FROM (VALUES {seeds}) AS s JOIN memories m"
-            f" ON m.id IN ((SELECT max(id) {inside} < s.column1),"
-            f" (SELECT min(id) {inside} > s.column1)) ORDER BY s.column1, m.id",
-            (*wanted, chat_id, chat_id),
+            _around_sql(len(wanted), _M_COLUMNS) + " ORDER BY 1, 2", (*wanted, chat_id, chat_id)
         )
         found: dict[int, Memories] = {}
         for row in rows:
@@ -585,6 +614,18 @@ class DatabaseMemoryStore:
             total += done
             if done == 0:
                 return total
+
+
+def _around_sql(seeds: int, columns: str) -> str:
+    """Each of `seeds` ids (bound first, then the chat twice) beside the chat's own
+    unarchived memories stored just before and just after it: `seed, columns` rows."""
+    inside = "FROM memories WHERE chat_id = ? AND archived = 0 AND id"
+    values = ", ".join("(CAST(? AS BIGINT))" for _ in range(seeds))
+    return (
+        f"SELECT s.column1, {columns} FROM (VALUES {values}) AS s JOIN memories m"
+        f" ON m.id IN ((SELECT max(id) {inside} < s.column1),"
+        f" (SELECT min(id) {inside} > s.column1))"
+    )
 
 
 def _texts(rows: Sequence[Any]) -> RankingRows:

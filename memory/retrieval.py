@@ -152,9 +152,8 @@ def rank_memories(
         head, tail = scored[: 2 * depth], scored[2 * depth :]
         # The second stage reads a candidate's chat, text and day; `_finish` reads whole
         # rows for the few that can make the cut.
-        rows = _rank_rows(store, [item for item, _ in head], early or {})
+        candidates = MemoryCandidates.read(store, chat_id, [item for item, _ in head], early or {})
         today = stage.today or date.fromisoformat(now_iso()[:10])
-        candidates = MemoryCandidates(store, chat_id, rows)
         scored = refine(head, query, candidates, Stage(stage.steps, today)) + tail
     return _finish(store, chat_id, scored, k)
 
@@ -179,19 +178,6 @@ def _first_stage(
     if mode == "jaccard":
         return jaccard_ids(store, chat_id, query)
     return bm25_ids(store, chat_id, query, depth)
-
-
-def _rank_rows(
-    store: MemoryStore, ids: list[int], early: dict[int, Candidate]
-) -> dict[int, Candidate]:
-    """The rows of the memories among `ids` in their order: `early`'s, the rest read now."""
-    read = store.rank_texts([item for item in ids if item not in early])
-    rows: dict[int, Candidate] = {}
-    for item in ids:
-        row = early.get(item) or read.get(item)
-        if row is not None:
-            rows[item] = row
-    return rows
 
 
 def _finish(

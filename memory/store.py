@@ -32,6 +32,7 @@ PRUNED_SCOPE = -1  # a log row of this scope: the log was pruned through seq `me
 # Aliases: inside the store classes the name `list` is the method that lists memories.
 Vector = list[float]
 Memories = list["Memory"]
+RankTexts = list["RankText"]
 Tombstones = list["Tombstone"]
 Ids = list[int]
 Scored = list[tuple[int, float]]
@@ -352,6 +353,12 @@ class MemoryStore(Protocol):
 
     def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
         """The chat, text and day stored of the memories among `ids`, in the order asked."""
+        ...
+
+    def rank_texts_around(
+        self, chat_id: int, ids: Sequence[int], seeds: Sequence[int]
+    ) -> tuple[dict[int, RankText], dict[int, RankTexts]]:
+        """`rank_texts(ids)` and the `RankText`s of `adjacent_many(chat_id, seeds)`, in one read."""
         ...
 
     def count_active(self, chat_id: int | None = None, *, with_global: bool = False) -> int:

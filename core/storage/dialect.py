@@ -35,6 +35,12 @@ class Dialect:
         """`column` is one of `values`: the condition and its parameters (an array bound as
         one parameter on PostgreSQL, so its statement text is one whatever the count)."""
         if self.engine == "postgresql":
+            if values and all(type(value) is int for value in values):
+                # Ids as one array literal the server parses: psycopg dumps a list of ints
+                # element by element in Python (~0.2 ms for a ranking's 140 candidates).
+                return f"{column} = ANY(CAST(? AS BIGINT[]))", (
+                    "{" + ",".join(map(str, values)) + "}",
+                )
             return f"{column} = ANY(?)", (list(values),)
         marks = ", ".join("?" for _ in values)
         return f"{column} IN ({marks})", tuple(values)

@@ -39,6 +39,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve()
 MODES = ["hybrid", "knn", "bm25", "jaccard"]
+FIRST = "first hybrid query after a start, fresh processes"
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 # -- server CPU, read from /proc --------------------------------------------------------
@@ -220,7 +221,7 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
     memories = memory_store(storage, embedder)
     meter.run("first hybrid query after a start", lambda: _rank_once(
         memories, chat_id, "hybrid", query_of(rng)))  # fmt: skip
-    for mode in MODES:
+    for mode in args.modes.split(","):
         for _ in range(args.warm):
             _rank_once(memories, chat_id, mode, query_of(rng))
         for _ in range(args.queries):
@@ -229,18 +230,37 @@ def worker_measure(args: argparse.Namespace) -> dict[str, Any]:
                 memories, chat_id, mode, asked))  # fmt: skip
     if args.first_stage:
         _first_stage_figures(meter, memories, chat_id, rng, args)
-    for _ in range(args.queries // 2):
+    for _ in range(args.queries // 2 if args.extras else 0):
         memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
         asked = query_of(rng)
         meter.run("hybrid, just after a new memory", lambda asked=asked: _rank_once(
             memories, chat_id, "hybrid", asked))  # fmt: skip
-    for _ in range(args.queries):
+    for _ in range(args.queries if args.extras else 0):
         asked = query_of(rng)
         meter.run("(known-memory lookup, full text)", lambda asked=asked: _known_lookup(
             memories, chat_id, asked))  # fmt: skip
     for _ in range(args.queries):
         asked = query_of(rng)
         meter.run("(query embedding alone)", lambda asked=asked: embedder.embed_query(asked))
+    storage.close()
+    return meter.summary()
+
+
+def worker_first(args: argparse.Namespace) -> dict[str, Any]:
+    """One fresh process, one hybrid query: the first query after a start, alone."""
+    from memory.bench.cli import _bench_chats, _rank_once
+    from memory.bench.cli import synthetic_query as query_of
+    from memory.embeddings import load_embedder
+    from memory.stores import memory_store
+
+    meter = Meter(Backends(args.postmaster, args.database))
+    embedder = load_embedder("", "int8")
+    embedder.embed_query("warm the model up")
+    storage = _open(args.url)
+    chat_id, _ = _bench_chats(storage)
+    memories = memory_store(storage, embedder)
+    asked = query_of(random.Random(args.seed))
+    meter.run(FIRST, lambda: _rank_once(memories, chat_id, "hybrid", asked))
     storage.close()
     return meter.summary()
 
@@ -372,12 +392,22 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
         _vacuum_analyze(list(urls.values()))
 
         def run(name: str, tree: Path) -> dict[str, Any]:
-            return _run_worker(
+            figures = _run_worker(
                 tree, "measure", "--url", urls[name], "--postmaster", postmaster,
                 "--database", f"t_{name}", "--queries", str(args.queries),
                 "--warm", str(args.warm), "--seed", str(args.seed),
                 *(["--first-stage"] if args.first_stage else []),
+                "--modes", args.modes, *([] if args.extras else ["--no-extras"]),
             )  # fmt: skip
+            where = ["--url", urls[name], "--postmaster", postmaster, "--database", f"t_{name}"]
+            firsts = [
+                _run_worker(tree, "first", *where, "--seed", str(args.seed + sample))[FIRST]
+                for sample in range(args.first_samples)
+            ]
+            if firsts:  # per round: the median of its fresh processes' single queries
+                figures[FIRST] = {key: statistics.median(f[key] for f in firsts)
+                                  for key in firsts[0]}  # fmt: skip
+            return figures
 
         results = _rounds(trees, args.rounds, run)
     finally:
@@ -455,6 +485,10 @@ def main() -> None:
     memory.add_argument("--seed", type=int, default=11)
     memory.add_argument("--vectors", default="/tmp/seam_cpu_vectors.npz")
     memory.add_argument("--first-stage", action="store_true", help="also without stage two")
+    memory.add_argument("--first-samples", type=int, default=0, help="fresh processes a round")
+    memory.add_argument("--modes", default=",".join(MODES), help="ranking modes, comma-separated")
+    memory.add_argument("--no-extras", dest="extras", action="store_false",
+                        help="without the after-a-new-memory and lookup figures")  # fmt: skip
     for driver in (scale,):
         driver.add_argument("--chats", type=int, default=50)
         driver.add_argument("--messages", type=int, default=6)
@@ -465,15 +499,19 @@ def main() -> None:
     fill.add_argument("--vectors", required=True)
     fill.add_argument("--postmaster", type=int, default=0)
     measure = sub.add_parser("measure")
+    first = sub.add_parser("first")
     worker = sub.add_parser("scale-worker")
-    for part in (measure, worker):
+    for part in (measure, first, worker):
         part.add_argument("--url", default="")
         part.add_argument("--postmaster", type=int, required=True)
-    measure.add_argument("--database", required=True)
+    for part in (measure, first):
+        part.add_argument("--database", required=True)
+        part.add_argument("--seed", type=int, default=11)
     measure.add_argument("--queries", type=int, default=100)
     measure.add_argument("--warm", type=int, default=10)
-    measure.add_argument("--seed", type=int, default=11)
     measure.add_argument("--first-stage", action="store_true")
+    measure.add_argument("--modes", default=",".join(MODES))
+    measure.add_argument("--no-extras", dest="extras", action="store_false")
     worker.add_argument("--processes", type=int, default=1)
     worker.add_argument("--chats", type=int, default=50)
     worker.add_argument("--messages", type=int, default=6)
@@ -485,7 +523,10 @@ def main() -> None:
     if args.command == "table":
         print(table(args.path, args.key or ["cpu_ms_p50"]))
         return
-    workers = {"fill": worker_fill, "measure": worker_measure, "scale-worker": worker_scale}
+    workers = {
+        "fill": worker_fill, "measure": worker_measure, "first": worker_first,
+        "scale-worker": worker_scale,
+    }  # fmt: skip
     if args.command in workers:
         print(json.dumps(workers[args.command](args)))
         return

@@ -25,7 +25,7 @@ from memory.second_stage import (
     speaker_boost,
     split_day,
 )
-from memory.store import Memory, MemoryStore
+from memory.store import Memory, MemoryStore, RankText, RankTexts
 from memory.temporal import date_prefix
 from tests.memory.conftest import Engine
 from tests.memory.test_recall import bare_recaller, said
@@ -61,6 +61,8 @@ def test_split_day_and_leading_speaker() -> None:
     assert leading_speaker("[8 May 2023] Ann Lee: hi there") == "Ann Lee"
     assert leading_speaker("user: hi") == ""  # not a name
     assert leading_speaker("Ann went: home") == ""
+    assert leading_speaker("Ann:hi") == leading_speaker("Ann likes tea") == ""  # no `: `
+    assert leading_speaker("[31 February 2023] Ann: hi") == ""  # not a day: not stripped
 
 
 def test_speaker_boost_raises_what_the_named_person_said() -> None:
@@ -135,8 +137,22 @@ def test_neighbours_are_the_chats_memories_stored_next_to_a_hit_on_its_day(engin
     assert candidates.speaker(hit) == "Ben" and candidates.text(hit).startswith("Ben:")
 
 
+def _fourteen_lines(engine: Engine) -> tuple[int, list[int], list[int], MemoryStore]:
+    """Two days of seven lines in one chat, one archived, and seven in another chat."""
+    chat, other = engine.chat("a"), engine.chat("b")
+    store = engine.store()
+    ids, others = [], []
+    for number in range(14):
+        day = MAY_8 if number < 7 else date(2023, 5, 9)
+        ids.append(store.add(chat, date_prefix(f"Ann: line {number}", day), "EVENT", source="t"))
+        others.append(store.add(other, f"Eve: elsewhere {number}", "EVENT", source="t"))
+    store.archive(ids[4])
+    return chat, ids, others, store
+
+
 class CountingStore:
-    """The real store, counting the neighbour reads the second stage makes through it."""
+    """The real store, counting the reads the second stage makes through it (the seeds
+    whose neighbours each read asks for)."""
 
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
@@ -150,18 +166,22 @@ class CountingStore:
         self.reads.append(list(memory_ids))
         return self.store.adjacent_many(chat_id, memory_ids)
 
+    def rank_texts(self, ids: Sequence[int]) -> dict[int, RankText]:
+        self.reads.append([])
+        return self.store.rank_texts(ids)
+
+    def rank_texts_around(
+        self, chat_id: int, ids: Sequence[int], seeds: Sequence[int]
+    ) -> tuple[dict[int, RankText], dict[int, RankTexts]]:
+        self.reads.append(list(seeds))
+        return self.store.rank_texts_around(chat_id, ids, seeds)
+
 
 def test_the_best_candidates_neighbours_come_in_one_read(engine: Engine) -> None:
     """Asked for the five best items' neighbours, `MemoryCandidates` reads once (one round
     trip on PostgreSQL, five before); each answer is `adjacent`'s, kept to the item's day."""
-    chat, other = engine.chat("a"), engine.chat("b")
-    store = engine.store()
-    ids, others = [], []
-    for number in range(14):
-        day = MAY_8 if number < 7 else date(2023, 5, 9)
-        ids.append(store.add(chat, date_prefix(f"Ann: line {number}", day), "EVENT", source="t"))
-        others.append(store.add(other, f"Eve: elsewhere {number}", "EVENT", source="t"))
-    store.archive(ids[4])  # an archived memory is nobody's neighbour
+    chat, ids, others, store = _fourteen_lines(engine)  # ids[4] archived: nobody's neighbour
+    other = engine.chat("b")
     best = [ids[9], ids[2], ids[13], ids[0], ids[5], ids[6], ids[11]]
     rows = dict(store.rank_texts(best))
     assert list(rows) == best  # in the order asked
@@ -186,6 +206,55 @@ def test_the_best_candidates_neighbours_come_in_one_read(engine: Engine) -> None
     assert {item: [m.id for m in near] for item, near in around.items()} == {
         ids[3]: [others[2], others[3]]
     }
+
+
+def test_rank_texts_around_are_rank_texts_and_adjacent_many_in_one(engine: Engine) -> None:
+    """One read gives what `rank_texts` and `adjacent_many` give apart (the neighbours as
+    `RankText`s), whatever the seeds: another chat's memory, an archived one, none."""
+    chat, ids, others, store = _fourteen_lines(engine)
+    shared = store.add(None, "everyone likes rain", "KNOWLEDGE", source="t")
+    asked = [ids[9], shared, ids[4], 999_999, others[2], ids[0]]
+    seeds = [ids[9], ids[13], ids[5], others[3], shared, ids[9]]
+    texts, near = store.rank_texts_around(chat, asked, seeds)
+    assert texts == store.rank_texts(asked)
+    assert list(texts) == [ids[9], shared, ids[4], others[2], ids[0]]
+    apart = store.adjacent_many(chat, seeds)
+    assert set(near) == set(apart)
+    for seed, found in near.items():
+        assert found == [RankText(m.id, m.chat_id, m.content, m.created_at) for m in apart[seed]]
+    assert [t.id for t in near[ids[5]]] == [ids[3], ids[6]]  # ids[4] is archived
+    assert [t.id for t in near[others[3]]] == [ids[3], ids[5]]  # this chat's, around its id
+    assert store.rank_texts_around(chat, asked, []) == (store.rank_texts(asked), {})
+    assert store.rank_texts_around(chat, [], []) == ({}, {})
+    assert store.rank_texts_around(chat, [], [ids[1]]) == (
+        {},
+        {ids[1]: list(near_of(store, chat, ids[1]))},
+    )
+
+
+def near_of(store: MemoryStore, chat: int, item: int) -> list[RankText]:
+    return [RankText(m.id, m.chat_id, m.content, m.created_at) for m in store.adjacent(chat, item)]
+
+
+def test_candidates_and_their_best_neighbours_come_in_one_read(engine: Engine) -> None:
+    """`MemoryCandidates.read`: the candidates' rows and the first stage's best ones'
+    neighbours in one read (one round trip on PostgreSQL, two before); the answers are the
+    same as read on demand; a candidate further down has its neighbours read when asked."""
+    chat, ids, _, store = _fourteen_lines(engine)
+    best = [ids[9], ids[2], ids[13], ids[0], ids[5], ids[6], ids[11]]
+    best += [ids[number] for number in (1, 3, 7, 10, 12)]  # twelve: NEIGHBOURS_WITH_ROWS
+    best += [ids[8]]
+    counting = CountingStore(store)
+    candidates = MemoryCandidates.read(counting, chat, best)  # type: ignore[arg-type]
+    on_demand = MemoryCandidates(store, chat, dict(store.rank_texts(best)))
+    assert list(candidates.rows) == best
+    found = {item: candidates.neighbours(item) for item in best[:12]}
+    assert counting.reads == [best[:12]]
+    assert found == {item: on_demand.neighbours(item) for item in best[:12]}
+    assert found[ids[5]] == [ids[3], ids[6]] and found[ids[6]] == [ids[5]]
+    assert candidates.neighbours(ids[8]) == [ids[7], ids[9]]  # not read with the rows
+    assert len(counting.reads) == 2
+    assert candidates.day(ids[8]) == date(2023, 5, 9) and candidates.speaker(ids[8]) == "Ann"
 
 
 def test_rank_memories_runs_the_second_stage(engine: Engine) -> None:
