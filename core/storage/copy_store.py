@@ -102,9 +102,11 @@ def pg_row_count(pg: Any, table: str) -> int:
 
 
 def pg_columns(pg: Any, table: str) -> tuple[str, ...]:
+    """The table's columns a copy writes: not the generated ones (`memories.text_search`,
+    m0025), which PostgreSQL computes and refuses to be given."""
     rows = pg.execute(
-        "SELECT column_name FROM information_schema.columns"
-        " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public'"
+        " AND table_name = %s AND is_generated = 'NEVER' ORDER BY ordinal_position",
         (table,),
     ).fetchall()
     return tuple(str(row[0]) for row in rows)

@@ -58,7 +58,10 @@ async def until_up(server: McpServer, restarts: int = 0) -> None:
 
 @contextlib.asynccontextmanager
 async def running(config: Config) -> AsyncIterator[Runtime]:
-    """A runtime with the built-ins and MCP, its servers connected."""
+    """A runtime with the built-ins and MCP, its servers connected. The window is wide
+    enough for every tool the test server lists: these tests are about MCP, not about which
+    tools a small window leaves out (tests/core/test_tool_cost.py, test_small_window.py)."""
+    config.llm.context_window = config.llm.context_window or 16_384
     runtime = build_runtime(config, plugins=[default_plugin, mcp_plugin])
     services = [asyncio.create_task(s.run()) for s in runtime.extensions.services()]
     try:
