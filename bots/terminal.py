@@ -116,6 +116,8 @@ class TerminalChannel:
                 loop.call_soon_threadsafe(lines.put_nowait, line)
         except (OSError, ValueError):
             pass
+        except RuntimeError:  # the loop closed (the chat ended): no one reads the rest
+            return
         finally:
             with contextlib.suppress(RuntimeError):  # the loop is already closed
                 loop.call_soon_threadsafe(lines.put_nowait, None)

@@ -4,11 +4,13 @@ channel on a pipe-like stdin, and `mnemo chat` itself with its stdin a pipe."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,28 @@ def test_ctrl_c_ends_mnemo_chat_quietly(tmp_path: Path) -> None:
     assert chat.returncode == 0, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert out == ""
+
+
+def test_lines_typed_after_the_chat_ended_are_dropped_without_a_thread_error() -> None:
+    """The reader thread outlives the chat's loop when input keeps coming (a script piping
+    lines after /exit): it stops quietly instead of raising "Event loop is closed"."""
+    read_end, write_end = os.pipe()
+    stdin = os.fdopen(read_end, "r", encoding="utf-8")
+    channel = TerminalChannel(stdin=stdin, stdout=io.StringIO(), interactive=False)
+    loop = asyncio.new_event_loop()
+    lines: asyncio.Queue[str | None] = asyncio.Queue()
+    loop.close()  # the chat ended before the next line arrived
+    errors: list[BaseException | None] = []
+    default_hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        reader = threading.Thread(target=channel._read_lines, args=(loop, lines))
+        reader.start()
+        os.write(write_end, b"one more line\n")
+        os.close(write_end)
+        reader.join(timeout=5)
+    finally:
+        threading.excepthook = default_hook
+        stdin.close()
+    assert not reader.is_alive()
+    assert errors == []
