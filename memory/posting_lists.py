@@ -35,7 +35,8 @@ MIN_IDF = 1e-6
 CONTEXT_WEIGHT = 0.5  # a memory's context counts half as much as its content
 MAX_QUERY_TERMS = 32
 VOCABULARY_SLACK = 1000  # terms no memory holds any more, kept before renumbering
-RECENT_MIN = 256  # the recent segment merges into the base past this many memories ...
+NEWEST_MAX = 64  # the recent segment joins the middle one past this many memories
+RECENT_MIN = 256  # the middle and recent segments merge into the base past this many ...
 RECENT_SHARE = 0.05  # ... or past this share of them, whichever is more
 MASKED_SHARE = 0.25  # the base is rebuilt when this share of it is masked out
 
@@ -275,15 +276,80 @@ def _term_bounds(term_of: Any, terms: int, sparse: bool) -> tuple[Any, Any]:
     return None, np.concatenate([[0], np.cumsum(np.bincount(term_of, minlength=terms))])
 
 
+def joined(parts: list[tuple[Segment, Any]], terms: int) -> Segment:
+    """One sparse segment of the memories `parts` keep ((segment, alive or None), in order),
+    made from their postings with no tokenised memory read again: the same arrays as
+    `Segment.build` of those memories in that order (a memory's postings are its own)."""
+    ids, lengths, distinct, term_of, positions, weights, content = ([] for _ in range(7))
+    rows: dict[int, Tokenised] = {}
+    offset = 0
+    for segment, alive in parts:
+        keep = np.ones(len(segment.ids), bool) if alive is None else alive
+        place = np.cumsum(keep) - 1 + offset  # each kept memory's position in the result
+        held = keep[segment.positions]
+        term_of.append(segment.term_numbers()[held])
+        positions.append(place[segment.positions[held]])
+        weights.append(segment.weights[held])
+        content.append(segment.in_content[held])
+        kept_ids = segment.ids[keep]
+        ids.append(kept_ids)
+        lengths.append(segment.lengths[keep])
+        distinct.append(segment.distinct[keep])
+        rows.update((memory_id, segment.rows[memory_id]) for memory_id in kept_ids.tolist())
+        offset += len(kept_ids)
+    keys = np.concatenate(term_of) * max(offset, 1) + np.concatenate(positions)
+    order = np.argsort(keys, kind="stable")
+    numbers, bounds = _term_bounds(keys[order] // max(offset, 1), terms, True)
+    all_ids = np.concatenate(ids)
+    return Segment(
+        ids=all_ids,
+        lengths=np.concatenate(lengths),
+        distinct=np.concatenate(distinct),
+        bounds=bounds,
+        positions=np.concatenate(positions)[order],
+        weights=np.concatenate(weights)[order],
+        in_content=np.concatenate(content)[order],
+        rows=rows,
+        where={memory_id: place for place, memory_id in enumerate(all_ids.tolist())},
+        numbers=numbers,
+    )
+
+
+EMPTY = Segment.build({}, 0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When the segments merge: the recent one into the middle past `newest` memories; both
+    into the base past `recent_min` (or `recent_share` of the chat, whichever is more) or when
+    `masked_share` of the base is masked out."""
+
+    newest: int
+    recent_min: int
+    recent_share: float
+    masked_share: float
+
+
+def default_limits() -> Limits:
+    """The module's limits, read at each change."""
+    return Limits(NEWEST_MAX, RECENT_MIN, RECENT_SHARE, MASKED_SHARE)
+
+
 @dataclass(frozen=True)
 class PostingLists:
-    """A chat's posting lists: a base segment with a mask of its memories that still count,
-    and a recent segment of memories added or changed since the base was built.
+    """A chat's posting lists in three segments: a large base with a mask of its memories
+    that still count, a middle one with its own mask, and a small recent one of the memories
+    added or changed last. A change rebuilds only the recent one (at most `Limits.newest`
+    memories); past that it joins the middle one (numpy over their postings, no memory
+    tokenised again), and past `Limits.recent_min` / `recent_share` all merge into a new base.
+    Positions: the base's, then the middle's, then the recent's; the live memories keep the
+    order they would have in two segments (base, then every later change in order), so ties
+    break as they did.
 
     Immutable: `apply()` returns new lists, so a reader keeps a consistent snapshot.
     """
 
-    vocabulary: dict[str, int]  # term -> number; shared by both segments, only grows
+    vocabulary: dict[str, int]  # term -> number; shared by the segments, only grows
     base: Segment
     alive: Any  # numpy bool per base position (False: changed or gone since)
     recent: Segment
@@ -291,10 +357,16 @@ class PostingLists:
     masked: int  # base memories masked out
     base_length: float  # tokens of the live base memories (a whole number: sums are exact)
     average: float  # mean tokens of the live memories (BM25's length normalisation)
+    middle: Segment = EMPTY
+    middle_alive: Any = None  # numpy bool per middle position (None: all live)
+    limits: Limits | None = None  # None: the module's (`default_limits`)
 
     @classmethod
     def build(
-        cls, rows: Iterable[tuple[int, str, str]], previous: PostingLists | None = None
+        cls,
+        rows: Iterable[tuple[int, str, str]],
+        previous: PostingLists | None = None,
+        limits: Limits | None = None,
     ) -> PostingLists:
         """Index (id, content, context) rows, reusing `previous`'s tokenisation of unchanged ones.
 
@@ -303,16 +375,20 @@ class PostingLists:
         """
         vocabulary = dict(previous.vocabulary) if previous is not None else {}
         known = previous.memories() if previous is not None else {}
-        return cls._merged(_tokenised(rows, known, vocabulary), vocabulary)
+        limits = limits if limits is not None or previous is None else previous.limits
+        return cls._merged(_tokenised(rows, known, vocabulary), vocabulary, limits)
 
     @classmethod
-    def _merged(cls, items: dict[int, Tokenised], vocabulary: dict[str, int]) -> PostingLists:
+    def _merged(
+        cls, items: dict[int, Tokenised], vocabulary: dict[str, int], limits: Limits | None = None
+    ) -> PostingLists:
         """One base segment of `items`; numbered afresh when most of `vocabulary` is unused."""
         base = Segment.build(items, len(vocabulary))
-        lists = cls._assemble(vocabulary, base, np.ones(len(base.ids), bool), Segment.build({}, 0))
+        alive = np.ones(len(base.ids), bool)
+        lists = cls._assemble(vocabulary, base, alive, EMPTY, limits=limits)
         if not lists.stale():
             return lists
-        return cls._merged(*renumbered(items, vocabulary))
+        return cls._merged(*renumbered(items, vocabulary), limits)
 
     @classmethod
     def _assemble(
@@ -322,16 +398,22 @@ class PostingLists:
         alive: Any,
         recent: Segment,
         base_length: float | None = None,
+        middle: tuple[Segment, Any] = (EMPTY, None),
+        limits: Limits | None = None,
     ) -> PostingLists:
         """The lists of these segments. `base_length`: the live base memories' tokens, when
         the caller kept it current (a change then costs no pass over the base's 90,000)."""
         if base_length is None:
             base_length = float(base.lengths[alive].sum())
+        segment, middle_alive = middle
+        if middle_alive is not None and middle_alive.all():
+            middle_alive = None
+        middle_lengths = segment.lengths if middle_alive is None else segment.lengths[middle_alive]
         live_base = int(alive.sum())
-        count = live_base + len(recent.ids)
+        count = live_base + len(middle_lengths) + len(recent.ids)
         # Token counts are whole numbers, so these sums are exact in any order: the same
         # average, to the bit, as the mean over every live memory.
-        total = base_length + float(recent.lengths.sum())
+        total = base_length + float(middle_lengths.sum()) + float(recent.lengths.sum())
         return cls(
             vocabulary=vocabulary,
             base=base,
@@ -341,27 +423,40 @@ class PostingLists:
             masked=len(alive) - live_base,
             base_length=base_length,
             average=max(total / count, 1e-9) if count else 1.0,
+            middle=segment,
+            middle_alive=middle_alive,
+            limits=limits,
         )
 
     @cached_property
     def ids(self) -> Any:
-        """The memory id at each position: the base's, then the recent segment's."""
-        return np.concatenate([self.base.ids, self.recent.ids])
+        """The memory id at each position: the base's, the middle's, then the recent's
+        (joined at the first ask of these lists, not at each change)."""
+        return np.concatenate([self.base.ids, self.middle.ids, self.recent.ids])
 
     @property
     def size(self) -> int:
-        """Positions: base memories (masked ones included), then recent ones."""
-        return len(self.base.ids) + len(self.recent.ids)
+        """Positions: base memories (masked ones included), middle ones, then recent ones."""
+        return len(self.base.ids) + len(self.middle.ids) + len(self.recent.ids)
+
+    def _segments(self) -> list[tuple[Segment, Any, int]]:
+        """(segment, mask or None, first position) of the three segments."""
+        alive = self.alive if self.masked else None
+        middle_start = len(self.base.ids)
+        return [
+            (self.base, alive, 0),
+            (self.middle, self.middle_alive, middle_start),
+            (self.recent, None, middle_start + len(self.middle.ids)),
+        ]
 
     def _ids_at(self, positions: Any) -> Any:
-        """The memory ids at `positions`, without joining the two segments' ids."""
-        held = len(self.base.ids)
-        if not len(self.recent.ids):
+        """The memory ids at `positions`, without joining the segments' ids."""
+        if len(self.base.ids) == self.size:
             return self.base.ids[positions]
         found = np.empty(len(positions), np.int64)
-        in_base = positions < held
-        found[in_base] = self.base.ids[positions[in_base]]
-        found[~in_base] = self.recent.ids[positions[~in_base] - held]
+        for segment, _, start in self._segments():
+            inside = (positions >= start) & (positions < start + len(segment.ids))
+            found[inside] = segment.ids[positions[inside] - start]
         return found
 
     def _norms(self, lengths: Any) -> Any:
@@ -380,7 +475,7 @@ class PostingLists:
     def stale(self) -> bool:
         """Whether most of the vocabulary no longer occurs in any memory."""
         used = np.zeros(len(self.vocabulary) + 1, bool)
-        for segment, mask in ((self.base, self.alive), (self.recent, None)):
+        for segment, mask, _ in self._segments():
             if len(segment.positions):
                 owners = segment.term_numbers()
                 kept = owners if mask is None else owners[mask[segment.positions]]
@@ -389,7 +484,15 @@ class PostingLists:
 
     def memories(self) -> dict[int, Tokenised]:
         """The tokenisation of every live memory."""
-        return {**self._unmasked(self.alive), **self.recent.rows}
+        return {**self._unmasked(self.alive), **self._middle_rows(), **self.recent.rows}
+
+    def item(self, memory_id: int) -> Tokenised | None:
+        """A live memory's tokenisation (with its texts unless loaded from a snapshot)."""
+        for segment, mask, _ in reversed(self._segments()):
+            place = segment.where.get(memory_id)
+            if place is not None and (mask is None or mask[place]):
+                return segment.rows[memory_id]
+        return None
 
     def _unmasked(self, alive: Any) -> dict[int, Tokenised]:
         """The base memories that `alive` keeps."""
@@ -398,38 +501,79 @@ class PostingLists:
             memory_id: item for (memory_id, item), keep in zip(rows, alive, strict=True) if keep
         }
 
+    def _middle_rows(self, alive: Any = None) -> dict[int, Tokenised]:
+        """The middle memories that `alive` (by default the lists' mask) keeps."""
+        alive = self.middle_alive if alive is None else alive
+        rows = self.middle.rows
+        if alive is None:
+            return dict(rows)
+        return {
+            mid: rows[mid]
+            for mid, keep in zip(self.middle.ids.tolist(), alive, strict=True)
+            if keep
+        }
+
     def apply(
         self, changed: Iterable[tuple[int, str, str]], removed: Iterable[int]
     ) -> PostingLists:
         """These lists with `changed` rows (new or edited) indexed and `removed` ids gone.
 
-        Only the recent segment is rebuilt; the base is masked. Past RECENT_MIN/RECENT_SHARE
-        recent memories or MASKED_SHARE masked ones, both merge into a new base.
+        The base and middle segments are masked and only the small recent one is rebuilt
+        (past `Limits.newest` memories it joins the middle one). Past `recent_min` /
+        `recent_share` memories after the base, or `masked_share` masked, all merge into a
+        new base.
         """
         changed = list(changed)
+        limits = self.limits or default_limits()
+        alive, middle_alive, recent, base_length = self._masked(
+            [*removed, *(r[0] for r in changed)]
+        )
+        known = {row[0]: item for row in changed if (item := self.item(row[0])) is not None}
+        vocabulary = self.vocabulary  # appended to in place: older readers check bounds
+        recent.update(_tokenised(changed, known, vocabulary))
+        later = int(middle_alive.sum()) + len(recent)
+        masked = len(alive) - int(alive.sum())
+        if later > max(limits.recent_min, limits.recent_share * self.count) or (
+            masked > limits.masked_share * max(len(alive), 1)
+        ):
+            everything = {**self._unmasked(alive), **self._middle_rows(middle_alive), **recent}
+            return self._merged(everything, vocabulary, self.limits)
+        if len(recent) > limits.newest:
+            segment = Segment.build(recent, len(vocabulary), sparse=True)
+            middle = joined([(self.middle, middle_alive), (segment, None)], len(vocabulary))
+            return self._assemble(
+                vocabulary, self.base, alive, EMPTY, base_length, (middle, None), self.limits
+            )
+        return self._assemble(
+            vocabulary,
+            self.base,
+            alive,
+            Segment.build(recent, len(vocabulary), sparse=True),
+            base_length,
+            (self.middle, middle_alive),
+            self.limits,
+        )
+
+    def _masked(self, ids: list[int]) -> tuple[Any, Any, dict[int, Tokenised], float]:
+        """(base mask, middle mask, recent rows, live base tokens) with `ids` taken out."""
         alive = self.alive.copy()
+        middle_alive = (
+            np.ones(len(self.middle.ids), bool)
+            if self.middle_alive is None
+            else self.middle_alive.copy()
+        )
         recent = dict(self.recent.rows)
         base_length = self.base_length
-        for memory_id in [*removed, *(row[0] for row in changed)]:
+        for memory_id in ids:
             place = self.base.where.get(memory_id)
             if place is not None and alive[place]:
                 alive[place] = False
                 base_length -= float(self.base.lengths[place])
+            place = self.middle.where.get(memory_id)
+            if place is not None:
+                middle_alive[place] = False
             recent.pop(memory_id, None)
-        known = {
-            row[0]: item
-            for row in changed
-            if (item := self.recent.rows.get(row[0]) or self.base.rows.get(row[0])) is not None
-        }
-        vocabulary = self.vocabulary  # appended to in place: older readers check bounds
-        recent.update(_tokenised(changed, known, vocabulary))
-        masked = len(alive) - int(alive.sum())
-        if len(recent) > max(RECENT_MIN, RECENT_SHARE * self.count) or (
-            masked > MASKED_SHARE * max(len(alive), 1)
-        ):
-            return self._merged({**self._unmasked(alive), **recent}, vocabulary)
-        recent_segment = Segment.build(recent, len(vocabulary), sparse=True)
-        return self._assemble(vocabulary, self.base, alive, recent_segment, base_length)
+        return alive, middle_alive, recent, base_length
 
     def _postings(self, term: str) -> list[tuple[Any, Any, Any, Any]]:
         """(positions in `ids`, weights, in_content, lengths) of a term's live postings, per
@@ -437,15 +581,15 @@ class PostingLists:
         number = self.vocabulary.get(term)
         if number is None:
             return []
-        positions, weights, content = self.base.postings(number)
-        if len(positions) and self.masked:
-            keep = self.alive[positions]
-            positions, weights, content = positions[keep], weights[keep], content[keep]
-        found = [(positions, weights, content, self.base.lengths[positions])]
-        positions, weights, content = self.recent.postings(number)
-        if len(positions):
-            lengths = self.recent.lengths[positions]
-            found.append((positions + len(self.base.ids), weights, content, lengths))
+        found = []
+        for segment, mask, start in self._segments():
+            positions, weights, content = segment.postings(number)
+            if len(positions) and mask is not None:
+                keep = mask[positions]
+                positions, weights, content = positions[keep], weights[keep], content[keep]
+            if len(positions):
+                lengths = segment.lengths[positions]
+                found.append((positions + start, weights, content, lengths))
         return found
 
     def score(self, terms: list[str], depth: int) -> list[tuple[int, float]]:
@@ -472,9 +616,17 @@ class PostingLists:
         for term in dict.fromkeys(terms):
             for positions, _, content, _ in self._postings(term):
                 shared[positions[content]] += 1.0
-        sizes = np.concatenate([self.base.distinct, self.recent.distinct])
-        union = np.maximum(len(set(terms)) + sizes - shared, np.maximum(shared, 1.0))
-        return self._best(shared / union, self.size)
+        hits = np.flatnonzero(shared)  # only these can score above 0: sizes of them alone
+        sizes = np.empty(len(hits))
+        for segment, _, start in self._segments():
+            inside = (hits >= start) & (hits < start + len(segment.ids))
+            sizes[inside] = segment.distinct[hits[inside] - start]
+        common = shared[hits]
+        scores = np.zeros(self.size)
+        scores[hits] = common / np.maximum(
+            len(set(terms)) + sizes - common, np.maximum(common, 1.0)
+        )
+        return self._best(scores, self.size)
 
     def _best(self, scores: Any, depth: int) -> list[tuple[int, float]]:
         hits = np.flatnonzero(scores > 0)  # on a bool array: several times faster at 100k
