@@ -315,6 +315,47 @@ def joined(parts: list[tuple[Segment, Any]], terms: int) -> Segment:
     )
 
 
+def appended(
+    base: Segment, alive: Any, later: Segment, rows: dict[int, Tokenised], terms: int
+) -> Segment:
+    """One dense segment of the memories of `base` that `alive` keeps, then those of `later`
+    (`rows`: their tokenisations, in that order): both hold their postings in (term,
+    position) order, so the two are interleaved in one pass (no sort of the whole chat's
+    postings, no memory tokenised again) into the arrays `Segment.build` makes of them."""
+    place = np.cumsum(alive) - 1
+    held = alive[base.positions]
+    kept = int(alive.sum())
+    size = max(kept + len(later.ids), 1)
+    old_terms = base.term_numbers()[held]
+    old_keys = old_terms * size + place[base.positions[held]]
+    new_terms = later.term_numbers()
+    new_keys = new_terms * size + later.positions + kept
+    new_at = np.searchsorted(old_keys, new_keys) + np.arange(len(new_keys))
+    from_later = np.zeros(len(old_keys) + len(new_keys), bool)
+    from_later[new_at] = True
+
+    def woven(old: Any, new: Any) -> Any:
+        out = np.empty(len(from_later), np.result_type(old, new))
+        out[~from_later], out[from_later] = old, new
+        return out
+
+    keys = woven(old_keys, new_keys)
+    numbers, bounds = _term_bounds(keys // size, terms, False)
+    ids = np.concatenate([base.ids[alive], later.ids])
+    return Segment(
+        ids=ids,
+        lengths=np.concatenate([base.lengths[alive], later.lengths]),
+        distinct=np.concatenate([base.distinct[alive], later.distinct]),
+        bounds=bounds,
+        positions=keys % size,
+        weights=woven(base.weights[held], later.weights),
+        in_content=woven(base.in_content[held], later.in_content),
+        rows=rows,
+        where=Positions(ids),
+        numbers=numbers,
+    )
+
+
 EMPTY = Segment.build({}, 0)
 
 
@@ -536,8 +577,7 @@ class PostingLists:
         if later > max(limits.recent_min, limits.recent_share * self.count) or (
             masked > limits.masked_share * max(len(alive), 1)
         ):
-            everything = {**self._unmasked(alive), **self._middle_rows(middle_alive), **recent}
-            return self._merged(everything, vocabulary, self.limits)
+            return self._merged_into_base(alive, middle_alive, recent)
         if len(recent) > limits.newest:
             segment = Segment.build(recent, len(vocabulary), sparse=True)
             middle = joined([(self.middle, middle_alive), (segment, None)], len(vocabulary))
@@ -553,6 +593,24 @@ class PostingLists:
             (self.middle, middle_alive),
             self.limits,
         )
+
+    def _merged_into_base(
+        self, alive: Any, middle_alive: Any, recent: dict[int, Tokenised]
+    ) -> PostingLists:
+        """One base of the live memories, from the segments' postings (`joined`,
+        `appended`): a pass over the chat's postings in numpy, not a rebuild of each memory's;
+        numbered afresh (a rebuild) when most of the vocabulary is unused."""
+        terms = len(self.vocabulary)
+        newest = Segment.build(recent, terms, sparse=True)
+        later = joined([(self.middle, middle_alive), (newest, None)], terms)
+        rows = {**self._unmasked(alive), **later.rows}
+        base = appended(self.base, alive, later, rows, terms)
+        lists = self._assemble(
+            self.vocabulary, base, np.ones(len(base.ids), bool), EMPTY, limits=self.limits
+        )
+        if not lists.stale():
+            return lists
+        return self._merged(*renumbered(rows, self.vocabulary), self.limits)
 
     def _masked(self, ids: list[int]) -> tuple[Any, Any, dict[int, Tokenised], float]:
         """(base mask, middle mask, recent rows, live base tokens) with `ids` taken out."""

@@ -139,17 +139,21 @@ class ChatVectors:
         return ChatVectors(self.base_ids, self.base, alive, self.codes, recent)
 
     def merged(self, alive: Any = None, recent: RecentVectors | None = None) -> ChatVectors:
-        """One base of the live vectors (these ones' by default), nothing masked."""
+        """One base of the live vectors (these ones' by default), nothing masked. The base
+        rows keep their sign codes (a code is its row's alone): only the recent rows' are made."""
         alive = self.alive if alive is None else alive
         recent = self.recent if recent is None else recent
         recent_ids, recent_rows = recent.rows()
         ids = np.concatenate([self.base_ids[alive], recent_ids])
         blocks = [self.base[alive].reshape(-1, self.width(recent))]
+        codes = [self.codes[:, alive]] if len(self.base_ids) else []
         if len(recent_ids):
             blocks.append(recent_rows.astype(np.float16))
+            codes.append(sign_codes(blocks[-1]))
         matrix = np.concatenate(blocks)
         order = np.argsort(ids, kind="stable")
-        return ChatVectors(ids[order], matrix[order], np.ones(len(ids), dtype=bool))
+        joined = np.ascontiguousarray(np.concatenate(codes, axis=1)[:, order]) if codes else None
+        return ChatVectors(ids[order], matrix[order], np.ones(len(ids), dtype=bool), joined)
 
     def width(self, recent: RecentVectors | None = None) -> int:
         """The vectors' dimensions (0: none held); `recent`: those to ask instead of the

@@ -13,6 +13,7 @@ from memory.posting_lists import (
     Limits,
     PostingLists,
     Segment,
+    appended,
     joined,
     query_terms,
     tokenise,
@@ -101,6 +102,17 @@ def test_joining_segments_gives_the_arrays_of_a_build() -> None:
         assert getattr(made, name).dtype == getattr(built, name).dtype, name
     assert np.array_equal(made.numbers, built.numbers) and dict(made.where) == dict(built.where)
     assert all(made.rows[key] is kept[key] for key in kept)  # nothing tokenised again
+    base = Segment.build(dict(list(items.items())[:30]), len(vocabulary))
+    later = Segment.build(dict(list(items.items())[30:]), len(vocabulary), sparse=True)
+    alive = np.ones(30, bool)
+    alive[[2, 3, 29]] = False
+    kept = {key: item for key, item in items.items() if key not in (2, 3, 29)}
+    made = appended(base, alive, later, kept, len(vocabulary))
+    built = Segment.build(kept, len(vocabulary))
+    for name in ("ids", "lengths", "distinct", "bounds", "positions", "weights", "in_content"):
+        assert np.array_equal(getattr(made, name), getattr(built, name)), name
+        assert getattr(made, name).dtype == getattr(built, name).dtype, name
+    assert made.numbers is None and dict(made.where) == dict(built.where)
 
 
 def test_lists_with_a_middle_segment_save_and_load_as_one_base() -> None:

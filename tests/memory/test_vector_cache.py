@@ -145,3 +145,20 @@ def test_recent_vectors_are_appended_in_place_and_searched_exactly() -> None:
     assert list(other.recent) == [*range(31, 41), 7] and 7 not in newer.recent
     assert np.array_equal(newer.recent[35], unit[0]) and np.array_equal(other.recent[7], unit[1])
     assert dict(newer.search(query, 40)[0])[35] == pytest.approx(float(expected[0]), abs=1e-3)
+
+
+def test_a_merge_keeps_the_base_codes_and_makes_only_the_recent_ones() -> None:
+    """Merging takes the base rows' sign codes as they are and makes the recent rows' from
+    their float16 form: the codes a build of the merged rows makes, bit for bit (a value too
+    small for float16 is no positive bit)."""
+    rng = np.random.default_rng(8)
+    matrix = rng.normal(size=(300, 70)).astype(np.float32)
+    matrix[:, 5] = 1e-9  # positive in float32, zero in float16
+    vectors = ChatVectors.build([(i * 2, matrix[i].tobytes()) for i in range(200)])
+    changed = vectors.apply([(i * 2 + 1, matrix[i].tobytes()) for i in range(200, 300)], [0, 8])
+    merged = changed.merged()
+    assert np.array_equal(merged.codes, vector_cache.sign_codes(merged.base))
+    assert merged.codes.flags.c_contiguous and len(merged.base_ids) == 298
+    rebuilt = ChatVectors(merged.base_ids, merged.base, merged.alive)  # codes made anew
+    query = rng.normal(size=70).tolist()
+    assert merged.search(query, 20) == rebuilt.search(query, 20)
