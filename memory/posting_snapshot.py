@@ -15,14 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from memory.posting_lists import (
-    PackedRows,
-    Positions,
-    PostingLists,
-    Segment,
-    renumbered,
-    tokenise,
-)
+from memory.posting_lists import PostingLists, renumbered, tokenise
+from memory.posting_segments import PackedRows, Positions, Segment
 from memory.store import RankingRows
 
 DOC_ARRAYS = ("doc_bounds", "doc_terms", "doc_content")

@@ -7,8 +7,9 @@ float32 matrix product over all of them took 6-60 ms (memory bandwidth, and the 
 the machine); recall@10 against that exact scan is measured by `mnemo bench memory`
 (0.99+ at 20,000 and 100,000 synthetic memories). Up to `rescore_count(k)` vectors every
 vector is scored. Changes arrive through the memory change log (`memory.chat_cache`): a
-changed memory is masked in the large base segment and kept in a small recent one; the two
-merge once the recent one or the masked share grows. A new process loads the base from its
+changed memory is masked in the large base segment and appended to a small recent one
+(`memory.recent_vectors`: one block, never re-stacked); the two merge once the recent one or
+the masked share grows. A new process loads the base from its
 saved snapshot (`memory.rank_snapshots`) instead of reading every vector; on PostgreSQL it
 loads the sign codes alone (`VECTOR_CODES`) and reads the float16 rows in the background
 (`memory.pending_vectors`), answering meanwhile from the rows it needs. The cache keeps
