@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -90,11 +91,19 @@ class RecentVectors(Mapping[int, Any]):
         return self.live_ids().copy(), rows.copy() if self.alive is None else rows[self.alive]
 
     def similarities(self, vector: Any) -> tuple[Any, Any]:
-        """(ids, dot products with `vector`) of the live vectors, scored in place."""
+        """(ids, dot products with `vector`) of the live vectors: scored in place, or, when
+        some rows are masked, from the live ones stacked once per version. BLAS groups rows
+        by their place in the matrix, and a row's last bit can depend on its group: scoring
+        the live rows as one matrix gives each the bits a stacked matrix of them gives."""
         if self.block is None or not self.live:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        sims = self.block.rows[: self.count] @ vector
-        return self.live_ids(), sims if self.alive is None else sims[self.alive]
+        if self.alive is None:
+            return self.live_ids(), self.block.rows[: self.count] @ vector
+        return self._stacked[0], self._stacked[1] @ vector
+
+    @cached_property
+    def _stacked(self) -> tuple[Any, Any]:
+        return self.rows()
 
     @property
     def width(self) -> int:
