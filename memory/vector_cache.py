@@ -146,15 +146,20 @@ class ChatVectors:
         recent = self.recent if recent is None else recent
         recent_ids, recent_rows = recent.rows()
         ids = np.concatenate([self.base_ids[alive], recent_ids])
-        blocks = [self.base[alive].reshape(-1, self.width(recent))]
+        kept = len(ids) - len(recent_ids)
+        width = self.width(recent)
+        matrix = np.empty((len(ids), width), np.float16)  # written once
+        matrix[:kept] = self.base[alive].reshape(kept, width)
         codes = [self.codes[:, alive]] if len(self.base_ids) else []
         if len(recent_ids):
-            blocks.append(recent_rows.astype(np.float16))
-            codes.append(sign_codes(blocks[-1]))
-        matrix = np.concatenate(blocks)
-        order = np.argsort(ids, kind="stable")
-        joined = np.ascontiguousarray(np.concatenate(codes, axis=1)[:, order]) if codes else None
-        return ChatVectors(ids[order], matrix[order], np.ones(len(ids), dtype=bool), joined)
+            matrix[kept:] = recent_rows
+            codes.append(sign_codes(matrix[kept:]))
+        joined = np.concatenate(codes, axis=1) if codes else None
+        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # new ids are usually larger
+            order = np.argsort(ids, kind="stable")
+            ids, matrix = ids[order], matrix[order]
+            joined = None if joined is None else np.ascontiguousarray(joined[:, order])
+        return ChatVectors(ids, matrix, np.ones(len(ids), dtype=bool), joined)
 
     def width(self, recent: RecentVectors | None = None) -> int:
         """The vectors' dimensions (0: none held); `recent`: those to ask instead of the
