@@ -19,6 +19,7 @@ from memory.posting_lists import (
     tokenise,
 )
 from memory.posting_snapshot import lists_arrays, lists_from_arrays
+from tests.memory.conftest import Engine
 
 TIERED = Limits(newest=8, recent_min=120, recent_share=0.0, masked_share=0.25)
 TWO_SEGMENTS = Limits(newest=10**9, recent_min=120, recent_share=0.0, masked_share=0.25)
@@ -128,3 +129,19 @@ def test_lists_with_a_middle_segment_save_and_load_as_one_base() -> None:
         assert dict(loaded.score(terms, 1000)) == dict(lists.score(terms, 1000))
     grown = loaded.apply([(999, "a note about the kitchen", "")], [])
     assert grown.base is loaded.base and list(grown.recent.rows) == [999]
+
+
+def test_the_memory_bench_times_queries_after_a_burst(engine: Engine) -> None:
+    """`mnemo bench memory`'s "after a burst of new memories": the burst lands in the chat
+    at once, then each timed query follows one more new memory; the lists keep up."""
+    from memory.bench import cli as bench
+    from memory.keyword_cache import keyword_lists
+
+    store, chat = engine.store(), engine.chat("a")
+    store.add(chat, "a first note about tea", "EVENT", source="t")
+    keyword_lists(store, chat)
+    figures = bench._after_burst(store, chat, "bm25", random.Random(2), 0.0, 30)
+    assert figures["burst"] == 30 and figures["p95_ms"] >= figures["p50_ms"] > 0
+    lists = keyword_lists(store, chat)
+    assert len(lists) == 1 + 30 + bench.CHANGED_QUERIES
+    assert len(lists.recent.ids) <= 64 and len(lists.middle.ids)  # the tiers took them
