@@ -1,7 +1,8 @@
 """Each chat's keyword posting lists, kept current from the memory change log
-(`memory.chat_cache`): a query after a change costs a small recent-segment rebuild, not a
-new index; a new process loads them from their saved snapshot (`memory.rank_snapshots`).
-`bm25_ids` and `jaccard_ids` are what `rank_memories` calls.
+(`memory.chat_cache`): a query after a change costs a rebuild of the small recent segment
+(at most `posting_lists.NEWEST_MAX` memories), not a new index; a new process loads them
+from their saved snapshot (`memory.rank_snapshots`). `bm25_ids` and `jaccard_ids` are what
+`rank_memories` calls.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ memories easily has 2,000+ rows matching some query word: 5-6 ms a query. Here a
 active memories (its own and the global ones) are turned into posting lists (Porter stems,
 as FTS5's `porter` tokenizer makes them) and scored with numpy in well under a millisecond.
 `PostingLists` takes changes without a rebuild: a changed memory is masked out of the large
-base segment and indexed again in a small recent one; the two merge once the recent one or
-the masked share grows (`memory.keyword_cache` keeps the lists and feeds them the changes).
+base segment (or the middle one) and indexed again in a small recent one of at most
+NEWEST_MAX memories, which then joins the middle one by its postings; all merge into a new
+base once the later memories or the masked share grow (`memory.posting_segments`;
+`memory.keyword_cache` keeps the lists and feeds them the changes). A change costs what it
+changes, not what came since the last merge.
 
 BM25 is FTS5's (k1 1.2, b 0.75, IDF floored at 1e-6) with a memory's `context` weighing
 CONTEXT_WEIGHT of its content; the statistics are those of the chat's live candidates, so the
@@ -19,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -27,15 +30,19 @@ from typing import Any
 import numpy as np
 import Stemmer
 
+from memory.posting_segments import CONTEXT_WEIGHT as CONTEXT_WEIGHT
+from memory.posting_segments import EMPTY, Segment, Tokenised, appended, joined
+from memory.posting_segments import PackedRows as PackedRows
+from memory.posting_segments import Positions as Positions
 from memory.terms import content_terms, token_list
 
 K1 = 1.2
 B = 0.75
 MIN_IDF = 1e-6
-CONTEXT_WEIGHT = 0.5  # a memory's context counts half as much as its content
 MAX_QUERY_TERMS = 32
 VOCABULARY_SLACK = 1000  # terms no memory holds any more, kept before renumbering
-RECENT_MIN = 256  # the recent segment merges into the base past this many memories ...
+NEWEST_MAX = 64  # the recent segment joins the middle one past this many memories
+RECENT_MIN = 256  # the middle and recent segments merge into the base past this many ...
 RECENT_SHARE = 0.05  # ... or past this share of them, whichever is more
 MASKED_SHARE = 0.25  # the base is rebuilt when this share of it is masked out
 
@@ -81,17 +88,6 @@ def memory_stems(content: str) -> set[str]:
     return {stem(term) for term in content_terms(content)}
 
 
-@dataclass(frozen=True)
-class Tokenised:
-    """One memory's term numbers (content, then context) and the texts they were made from."""
-
-    content: str
-    context: str
-    terms: Any  # numpy int64
-    content_terms: int  # how many of `terms` are the content's
-    distinct: int  # distinct content stems, stop words dropped (Jaccard's set size)
-
-
 def tokenise(content: str, context: str, vocabulary: dict[str, int]) -> Tokenised:
     """Number a memory's stems, adding new ones to `vocabulary` (which only grows)."""
     text = [vocabulary.setdefault(term, len(vocabulary)) for term in index_terms(content)]
@@ -134,156 +130,38 @@ def renumbered(
     }, fresh
 
 
-class Positions(Mapping[int, int]):
-    """Memory id -> position in `ids`, the dictionary made at its first lookup: a loaded
-    snapshot's lists (`memory.posting_snapshot`) need none until a memory changes."""
-
-    def __init__(self, ids: Any) -> None:
-        self.ids = ids
-        self._places: dict[int, int] | None = None
-        self._lock = threading.Lock()
-
-    def _built(self) -> dict[int, int]:
-        with self._lock:
-            if self._places is None:
-                self._places = {
-                    memory_id: place for place, memory_id in enumerate(self.ids.tolist())
-                }
-            return self._places
-
-    def __getitem__(self, memory_id: int) -> int:
-        return self._built()[memory_id]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.ids.tolist())
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-class PackedRows(Mapping[int, Tokenised]):
-    """A loaded segment's memories (`memory.rank_snapshots`): term numbers in one array,
-    made into a `Tokenised` (with no text) when asked for."""
-
-    def __init__(self, ids: Any, bounds: Any, terms: Any, content: Any, distinct: Any) -> None:
-        self.ids, self.bounds, self.terms = ids, bounds, terms
-        self.content, self.distinct = content, distinct
-        self.where = Positions(ids)
-
-    def __getitem__(self, memory_id: int) -> Tokenised:
-        place = self.where[memory_id]
-        start, end = int(self.bounds[place]), int(self.bounds[place + 1])
-        terms = self.terms[start:end].astype(np.int64)
-        return Tokenised("", "", terms, int(self.content[place]), int(self.distinct[place]))
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.where)
-
-    def __len__(self) -> int:
-        return len(self.where)
-
-
 @dataclass(frozen=True)
-class Segment:
-    """Posting lists of a fixed set of memories, their terms numbered by a shared vocabulary.
+class Limits:
+    """When the segments merge: the recent one into the middle past `newest` memories; both
+    into the base past `recent_min` (or `recent_share` of the chat, whichever is more) or when
+    `masked_share` of the base is masked out."""
 
-    The postings of term t are `positions[bounds[t]:bounds[t + 1]]` (positions in `ids`),
-    with the memory's weighted count of the term in `weights` and whether it occurs in the
-    content in `in_content`, the same slice. Terms numbered past `bounds` came later and
-    have no postings here. A sparse segment (the small recent one) has `numbers`, the term
-    numbers it holds, ascending: term `numbers[i]`'s postings are then at `bounds[i]`.
-    """
-
-    ids: Any  # numpy int64: the memory id at each position
-    lengths: Any  # numpy float64: tokens per memory, content and context
-    distinct: Any  # numpy float64: Jaccard set size per memory
-    bounds: Any  # numpy int64
-    positions: Any  # numpy int64
-    weights: Any  # numpy float64
-    in_content: Any  # numpy bool
-    rows: Mapping[int, Tokenised]  # a `PackedRows` when loaded from a snapshot
-    where: Mapping[int, int]  # memory id -> position
-    numbers: Any = None  # numpy int64: the terms `bounds` is over (None: all, dense)
-
-    @classmethod
-    def build(cls, rows: dict[int, Tokenised], terms: int, *, sparse: bool = False) -> Segment:
-        """Index tokenised memories whose term numbers are below `terms`.
-
-        `bounds` ends after the highest term the memories hold; `sparse` (the recent
-        segment): it covers only the terms they hold, so a memory bringing a new word into a
-        large vocabulary (a name, a number) costs no pass over the whole vocabulary.
-        """
-        items = list(rows.values())
-        size = max(len(items), 1)
-        span = np.asarray(
-            [(item.content_terms, len(item.terms) - item.content_terms) for item in items],
-            dtype=np.int64,
-        ).reshape(-1, 2)  # token counts: content, context
-        numbers = np.concatenate([item.terms for item in items]) if items else np.zeros(0, int)
-        owners = np.repeat(np.arange(len(items), dtype=np.int64), span.sum(axis=1))
-        content = np.repeat(np.tile([True, False], len(items)), span.ravel())
-        # One (term, position) key per token: sorting groups each term's postings, and
-        # summing equal keys gives a memory's weighted count of the term.
-        keys = numbers.astype(np.int64) * size + owners
-        order = np.argsort(keys, kind="stable")
-        keys, content = keys[order], content[order]
-        firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(keys) else keys
-        weights = np.where(content, 1.0, CONTEXT_WEIGHT)
-        summed = np.add.reduceat(weights, firsts) if len(keys) else weights
-        in_content = np.logical_or.reduceat(content, firsts) if len(keys) else content
-        keys = keys[firsts]
-        numbers, bounds = _term_bounds(keys // size, terms, sparse)
-        return cls(
-            ids=np.fromiter(rows, dtype=np.int64, count=len(items)),
-            lengths=span.sum(axis=1).astype(np.float64),
-            distinct=np.asarray([item.distinct for item in items], dtype=np.float64),
-            bounds=bounds,
-            positions=keys % size,
-            weights=np.asarray(summed, dtype=np.float64),
-            in_content=np.asarray(in_content, dtype=bool),
-            rows=rows,
-            where={memory_id: place for place, memory_id in enumerate(rows)},
-            numbers=numbers,
-        )
-
-    def postings(self, number: int) -> tuple[Any, Any, Any]:
-        """(positions, weights, in_content) of term `number`."""
-        place = number
-        if self.numbers is not None:
-            place = int(np.searchsorted(self.numbers, number))
-            if place < len(self.numbers) and self.numbers[place] != number:
-                place = len(self.numbers)
-        if place + 1 >= len(self.bounds):
-            return self.positions[:0], self.weights[:0], self.in_content[:0]
-        start, end = int(self.bounds[place]), int(self.bounds[place + 1])
-        return self.positions[start:end], self.weights[start:end], self.in_content[start:end]
-
-    def term_numbers(self) -> Any:
-        """The term number of each posting, in order."""
-        held = np.arange(len(self.bounds) - 1) if self.numbers is None else self.numbers
-        return np.repeat(held, np.diff(self.bounds))
+    newest: int
+    recent_min: int
+    recent_share: float
+    masked_share: float
 
 
-def _term_bounds(term_of: Any, terms: int, sparse: bool) -> tuple[Any, Any]:
-    """(numbers, bounds) of `Segment` from each posting's term number (ascending)."""
-    if sparse:
-        starts = (
-            np.flatnonzero(np.r_[True, term_of[1:] != term_of[:-1]]) if len(term_of) else term_of
-        )
-        return term_of[starts], np.r_[starts, len(term_of)].astype(np.int64)
-    terms = min(terms, int(term_of[-1]) + 1) if len(term_of) else 0
-    return None, np.concatenate([[0], np.cumsum(np.bincount(term_of, minlength=terms))])
+def default_limits() -> Limits:
+    """The module's limits, read at each change."""
+    return Limits(NEWEST_MAX, RECENT_MIN, RECENT_SHARE, MASKED_SHARE)
 
 
 @dataclass(frozen=True)
 class PostingLists:
-    """A chat's posting lists: a base segment with a mask of its memories that still count,
-    and a recent segment of memories added or changed since the base was built.
+    """A chat's posting lists in three segments: a large base with a mask of its memories
+    that still count, a middle one with its own mask, and a small recent one of the memories
+    added or changed last. A change rebuilds only the recent one (at most `Limits.newest`
+    memories); past that it joins the middle one (numpy over their postings, no memory
+    tokenised again), and past `Limits.recent_min` / `recent_share` all merge into a new base.
+    Positions: the base's, then the middle's, then the recent's; the live memories keep the
+    order they would have in two segments (base, then every later change in order), so ties
+    break as they did.
 
     Immutable: `apply()` returns new lists, so a reader keeps a consistent snapshot.
     """
 
-    vocabulary: dict[str, int]  # term -> number; shared by both segments, only grows
+    vocabulary: dict[str, int]  # term -> number; shared by the segments, only grows
     base: Segment
     alive: Any  # numpy bool per base position (False: changed or gone since)
     recent: Segment
@@ -291,10 +169,16 @@ class PostingLists:
     masked: int  # base memories masked out
     base_length: float  # tokens of the live base memories (a whole number: sums are exact)
     average: float  # mean tokens of the live memories (BM25's length normalisation)
+    middle: Segment = EMPTY
+    middle_alive: Any = None  # numpy bool per middle position (None: all live)
+    limits: Limits | None = None  # None: the module's (`default_limits`)
 
     @classmethod
     def build(
-        cls, rows: Iterable[tuple[int, str, str]], previous: PostingLists | None = None
+        cls,
+        rows: Iterable[tuple[int, str, str]],
+        previous: PostingLists | None = None,
+        limits: Limits | None = None,
     ) -> PostingLists:
         """Index (id, content, context) rows, reusing `previous`'s tokenisation of unchanged ones.
 
@@ -303,16 +187,20 @@ class PostingLists:
         """
         vocabulary = dict(previous.vocabulary) if previous is not None else {}
         known = previous.memories() if previous is not None else {}
-        return cls._merged(_tokenised(rows, known, vocabulary), vocabulary)
+        limits = limits if limits is not None or previous is None else previous.limits
+        return cls._merged(_tokenised(rows, known, vocabulary), vocabulary, limits)
 
     @classmethod
-    def _merged(cls, items: dict[int, Tokenised], vocabulary: dict[str, int]) -> PostingLists:
+    def _merged(
+        cls, items: dict[int, Tokenised], vocabulary: dict[str, int], limits: Limits | None = None
+    ) -> PostingLists:
         """One base segment of `items`; numbered afresh when most of `vocabulary` is unused."""
         base = Segment.build(items, len(vocabulary))
-        lists = cls._assemble(vocabulary, base, np.ones(len(base.ids), bool), Segment.build({}, 0))
+        alive = np.ones(len(base.ids), bool)
+        lists = cls._assemble(vocabulary, base, alive, EMPTY, limits=limits)
         if not lists.stale():
             return lists
-        return cls._merged(*renumbered(items, vocabulary))
+        return cls._merged(*renumbered(items, vocabulary), limits)
 
     @classmethod
     def _assemble(
@@ -322,16 +210,22 @@ class PostingLists:
         alive: Any,
         recent: Segment,
         base_length: float | None = None,
+        middle: tuple[Segment, Any] = (EMPTY, None),
+        limits: Limits | None = None,
     ) -> PostingLists:
         """The lists of these segments. `base_length`: the live base memories' tokens, when
         the caller kept it current (a change then costs no pass over the base's 90,000)."""
         if base_length is None:
             base_length = float(base.lengths[alive].sum())
+        segment, middle_alive = middle
+        if middle_alive is not None and middle_alive.all():
+            middle_alive = None
+        middle_lengths = segment.lengths if middle_alive is None else segment.lengths[middle_alive]
         live_base = int(alive.sum())
-        count = live_base + len(recent.ids)
+        count = live_base + len(middle_lengths) + len(recent.ids)
         # Token counts are whole numbers, so these sums are exact in any order: the same
         # average, to the bit, as the mean over every live memory.
-        total = base_length + float(recent.lengths.sum())
+        total = base_length + float(middle_lengths.sum()) + float(recent.lengths.sum())
         return cls(
             vocabulary=vocabulary,
             base=base,
@@ -341,27 +235,40 @@ class PostingLists:
             masked=len(alive) - live_base,
             base_length=base_length,
             average=max(total / count, 1e-9) if count else 1.0,
+            middle=segment,
+            middle_alive=middle_alive,
+            limits=limits,
         )
 
     @cached_property
     def ids(self) -> Any:
-        """The memory id at each position: the base's, then the recent segment's."""
-        return np.concatenate([self.base.ids, self.recent.ids])
+        """The memory id at each position: the base's, the middle's, then the recent's
+        (joined at the first ask of these lists, not at each change)."""
+        return np.concatenate([self.base.ids, self.middle.ids, self.recent.ids])
 
     @property
     def size(self) -> int:
-        """Positions: base memories (masked ones included), then recent ones."""
-        return len(self.base.ids) + len(self.recent.ids)
+        """Positions: base memories (masked ones included), middle ones, then recent ones."""
+        return len(self.base.ids) + len(self.middle.ids) + len(self.recent.ids)
+
+    def _segments(self) -> list[tuple[Segment, Any, int]]:
+        """(segment, mask or None, first position) of the three segments."""
+        alive = self.alive if self.masked else None
+        middle_start = len(self.base.ids)
+        return [
+            (self.base, alive, 0),
+            (self.middle, self.middle_alive, middle_start),
+            (self.recent, None, middle_start + len(self.middle.ids)),
+        ]
 
     def _ids_at(self, positions: Any) -> Any:
-        """The memory ids at `positions`, without joining the two segments' ids."""
-        held = len(self.base.ids)
-        if not len(self.recent.ids):
+        """The memory ids at `positions`, without joining the segments' ids."""
+        if len(self.base.ids) == self.size:
             return self.base.ids[positions]
         found = np.empty(len(positions), np.int64)
-        in_base = positions < held
-        found[in_base] = self.base.ids[positions[in_base]]
-        found[~in_base] = self.recent.ids[positions[~in_base] - held]
+        for segment, _, start in self._segments():
+            inside = (positions >= start) & (positions < start + len(segment.ids))
+            found[inside] = segment.ids[positions[inside] - start]
         return found
 
     def _norms(self, lengths: Any) -> Any:
@@ -380,7 +287,7 @@ class PostingLists:
     def stale(self) -> bool:
         """Whether most of the vocabulary no longer occurs in any memory."""
         used = np.zeros(len(self.vocabulary) + 1, bool)
-        for segment, mask in ((self.base, self.alive), (self.recent, None)):
+        for segment, mask, _ in self._segments():
             if len(segment.positions):
                 owners = segment.term_numbers()
                 kept = owners if mask is None else owners[mask[segment.positions]]
@@ -389,7 +296,16 @@ class PostingLists:
 
     def memories(self) -> dict[int, Tokenised]:
         """The tokenisation of every live memory."""
-        return {**self._unmasked(self.alive), **self.recent.rows}
+        return {**self._unmasked(self.alive), **self._middle_rows(), **self.recent.rows}
+
+    def item(self, memory_id: int) -> Tokenised | None:
+        """A live memory's tokenisation (with its texts unless loaded from a snapshot)."""
+        for segment, mask, _ in reversed(self._segments()):
+            place = segment.where.get(memory_id)
+            if place is not None and (mask is None or mask[place]):
+                found: Tokenised = segment.rows[memory_id]
+                return found
+        return None
 
     def _unmasked(self, alive: Any) -> dict[int, Tokenised]:
         """The base memories that `alive` keeps."""
@@ -398,38 +314,96 @@ class PostingLists:
             memory_id: item for (memory_id, item), keep in zip(rows, alive, strict=True) if keep
         }
 
+    def _middle_rows(self, alive: Any = None) -> dict[int, Tokenised]:
+        """The middle memories that `alive` (by default the lists' mask) keeps."""
+        alive = self.middle_alive if alive is None else alive
+        rows = self.middle.rows
+        if alive is None:
+            return dict(rows)
+        return {
+            mid: rows[mid]
+            for mid, keep in zip(self.middle.ids.tolist(), alive, strict=True)
+            if keep
+        }
+
     def apply(
         self, changed: Iterable[tuple[int, str, str]], removed: Iterable[int]
     ) -> PostingLists:
         """These lists with `changed` rows (new or edited) indexed and `removed` ids gone.
 
-        Only the recent segment is rebuilt; the base is masked. Past RECENT_MIN/RECENT_SHARE
-        recent memories or MASKED_SHARE masked ones, both merge into a new base.
+        The base and middle segments are masked and only the small recent one is rebuilt
+        (past `Limits.newest` memories it joins the middle one). Past `recent_min` /
+        `recent_share` memories after the base, or `masked_share` masked, all merge into a
+        new base.
         """
         changed = list(changed)
+        limits = self.limits or default_limits()
+        alive, middle_alive, recent, base_length = self._masked(
+            [*removed, *(r[0] for r in changed)]
+        )
+        known = {row[0]: item for row in changed if (item := self.item(row[0])) is not None}
+        vocabulary = self.vocabulary  # appended to in place: older readers check bounds
+        recent.update(_tokenised(changed, known, vocabulary))
+        later = int(middle_alive.sum()) + len(recent)
+        masked = len(alive) - int(alive.sum())
+        if later > max(limits.recent_min, limits.recent_share * self.count) or (
+            masked > limits.masked_share * max(len(alive), 1)
+        ):
+            return self._merged_into_base(alive, middle_alive, recent)
+        if len(recent) > limits.newest:
+            segment = Segment.build(recent, len(vocabulary), sparse=True)
+            middle = joined([(self.middle, middle_alive), (segment, None)], len(vocabulary))
+            return self._assemble(
+                vocabulary, self.base, alive, EMPTY, base_length, (middle, None), self.limits
+            )
+        return self._assemble(
+            vocabulary,
+            self.base,
+            alive,
+            Segment.build(recent, len(vocabulary), sparse=True),
+            base_length,
+            (self.middle, middle_alive),
+            self.limits,
+        )
+
+    def _merged_into_base(
+        self, alive: Any, middle_alive: Any, recent: dict[int, Tokenised]
+    ) -> PostingLists:
+        """One base of the live memories, from the segments' postings (`joined`,
+        `appended`): a pass over the chat's postings in numpy, not a rebuild of each memory's;
+        numbered afresh (a rebuild) when most of the vocabulary is unused."""
+        terms = len(self.vocabulary)
+        newest = Segment.build(recent, terms, sparse=True)
+        later = joined([(self.middle, middle_alive), (newest, None)], terms)
+        rows = {**self._unmasked(alive), **later.rows}
+        base = appended(self.base, alive, later, rows, terms)
+        lists = self._assemble(
+            self.vocabulary, base, np.ones(len(base.ids), bool), EMPTY, limits=self.limits
+        )
+        if not lists.stale():
+            return lists
+        return self._merged(*renumbered(rows, self.vocabulary), self.limits)
+
+    def _masked(self, ids: list[int]) -> tuple[Any, Any, dict[int, Tokenised], float]:
+        """(base mask, middle mask, recent rows, live base tokens) with `ids` taken out."""
         alive = self.alive.copy()
+        middle_alive = (
+            np.ones(len(self.middle.ids), bool)
+            if self.middle_alive is None
+            else self.middle_alive.copy()
+        )
         recent = dict(self.recent.rows)
         base_length = self.base_length
-        for memory_id in [*removed, *(row[0] for row in changed)]:
+        for memory_id in ids:
             place = self.base.where.get(memory_id)
             if place is not None and alive[place]:
                 alive[place] = False
                 base_length -= float(self.base.lengths[place])
+            place = self.middle.where.get(memory_id)
+            if place is not None:
+                middle_alive[place] = False
             recent.pop(memory_id, None)
-        known = {
-            row[0]: item
-            for row in changed
-            if (item := self.recent.rows.get(row[0]) or self.base.rows.get(row[0])) is not None
-        }
-        vocabulary = self.vocabulary  # appended to in place: older readers check bounds
-        recent.update(_tokenised(changed, known, vocabulary))
-        masked = len(alive) - int(alive.sum())
-        if len(recent) > max(RECENT_MIN, RECENT_SHARE * self.count) or (
-            masked > MASKED_SHARE * max(len(alive), 1)
-        ):
-            return self._merged({**self._unmasked(alive), **recent}, vocabulary)
-        recent_segment = Segment.build(recent, len(vocabulary), sparse=True)
-        return self._assemble(vocabulary, self.base, alive, recent_segment, base_length)
+        return alive, middle_alive, recent, base_length
 
     def _postings(self, term: str) -> list[tuple[Any, Any, Any, Any]]:
         """(positions in `ids`, weights, in_content, lengths) of a term's live postings, per
@@ -437,15 +411,15 @@ class PostingLists:
         number = self.vocabulary.get(term)
         if number is None:
             return []
-        positions, weights, content = self.base.postings(number)
-        if len(positions) and self.masked:
-            keep = self.alive[positions]
-            positions, weights, content = positions[keep], weights[keep], content[keep]
-        found = [(positions, weights, content, self.base.lengths[positions])]
-        positions, weights, content = self.recent.postings(number)
-        if len(positions):
-            lengths = self.recent.lengths[positions]
-            found.append((positions + len(self.base.ids), weights, content, lengths))
+        found = []
+        for segment, mask, start in self._segments():
+            positions, weights, content = segment.postings(number)
+            if len(positions) and mask is not None:
+                keep = mask[positions]
+                positions, weights, content = positions[keep], weights[keep], content[keep]
+            if len(positions):
+                lengths = segment.lengths[positions]
+                found.append((positions + start, weights, content, lengths))
         return found
 
     def score(self, terms: list[str], depth: int) -> list[tuple[int, float]]:
@@ -472,9 +446,17 @@ class PostingLists:
         for term in dict.fromkeys(terms):
             for positions, _, content, _ in self._postings(term):
                 shared[positions[content]] += 1.0
-        sizes = np.concatenate([self.base.distinct, self.recent.distinct])
-        union = np.maximum(len(set(terms)) + sizes - shared, np.maximum(shared, 1.0))
-        return self._best(shared / union, self.size)
+        hits = np.flatnonzero(shared)  # only these can score above 0: sizes of them alone
+        sizes = np.empty(len(hits))
+        for segment, _, start in self._segments():
+            inside = (hits >= start) & (hits < start + len(segment.ids))
+            sizes[inside] = segment.distinct[hits[inside] - start]
+        common = shared[hits]
+        scores = np.zeros(self.size)
+        scores[hits] = common / np.maximum(
+            len(set(terms)) + sizes - common, np.maximum(common, 1.0)
+        )
+        return self._best(scores, self.size)
 
     def _best(self, scores: Any, depth: int) -> list[tuple[int, float]]:
         hits = np.flatnonzero(scores > 0)  # on a bool array: several times faster at 100k

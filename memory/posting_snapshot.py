@@ -15,14 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from memory.posting_lists import (
-    PackedRows,
-    Positions,
-    PostingLists,
-    Segment,
-    renumbered,
-    tokenise,
-)
+from memory.posting_lists import PostingLists, renumbered, tokenise
+from memory.posting_segments import PackedRows, Positions, Segment
 from memory.store import RankingRows
 
 DOC_ARRAYS = ("doc_bounds", "doc_terms", "doc_content")
@@ -48,10 +42,11 @@ def _weight_type(weights: Any) -> Any:
 
 def lists_arrays(lists: PostingLists) -> dict[str, Any]:
     """The lists as one base segment whose vocabulary holds only the terms of its memories
-    (merged and renumbered first when they have a recent or masked part, or a term no
+    (merged and renumbered first when they have a middle, recent or masked part, or a term no
     memory holds any more: a forgotten memory's words are never saved)."""
     base_terms = int((np.diff(lists.base.bounds) > 0).sum())
-    if lists.masked or len(lists.recent.ids) or base_terms != len(lists.vocabulary):
+    later = len(lists.middle.ids) + len(lists.recent.ids)
+    if lists.masked or later or base_terms != len(lists.vocabulary):
         lists = PostingLists._merged(*renumbered(lists.memories(), lists.vocabulary))
     base = lists.base
     names = [""] * len(lists.vocabulary)

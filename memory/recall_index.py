@@ -117,7 +117,7 @@ class ChatRecall:
 
     def text(self, message_id: int) -> str:
         """The message's words as ranked, without the day in front (that names a time)."""
-        item = self.lists.recent.rows.get(message_id) or self.lists.base.rows.get(message_id)
+        item = self.lists.item(message_id)
         text = item.content if item is not None else ""
         return text.split("] ", 1)[1] if text.startswith("[") and "] " in text else text
 

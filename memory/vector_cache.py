@@ -7,8 +7,9 @@ float32 matrix product over all of them took 6-60 ms (memory bandwidth, and the 
 the machine); recall@10 against that exact scan is measured by `mnemo bench memory`
 (0.99+ at 20,000 and 100,000 synthetic memories). Up to `rescore_count(k)` vectors every
 vector is scored. Changes arrive through the memory change log (`memory.chat_cache`): a
-changed memory is masked in the large base segment and kept in a small recent one; the two
-merge once the recent one or the masked share grows. A new process loads the base from its
+changed memory is masked in the large base segment and appended to a small recent one
+(`memory.recent_vectors`: one block, never re-stacked); the two merge once the recent one or
+the masked share grows. A new process loads the base from its
 saved snapshot (`memory.rank_snapshots`) instead of reading every vector; on PostgreSQL it
 loads the sign codes alone (`VECTOR_CODES`) and reads the float16 rows in the background
 (`memory.pending_vectors`), answering meanwhile from the rows it needs. The cache keeps
@@ -21,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy.ma as _numpy_ma  # noqa: F401  `np.unique` imports it at first use:
 
 from memory.chat_cache import Derivation, current, load_saved
 from memory.pending_vectors import PendingBase
+from memory.recent_vectors import RecentVectors
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore, RankSnapshot, VectorRows
 
@@ -108,7 +109,7 @@ class ChatVectors:
     base: Any  # numpy float16 (rows, dims): unit vectors
     alive: Any  # numpy bool per base row (False: changed or gone since)
     codes: Any = None  # numpy uint64 (words, rows): the base's sign bits (None: made here)
-    recent: dict[int, Any] = field(default_factory=dict)  # id -> float32 unit vector
+    recent: RecentVectors = field(default_factory=RecentVectors)  # appended, never re-stacked
 
     def __post_init__(self) -> None:
         if self.codes is None:
@@ -124,14 +125,13 @@ class ChatVectors:
         return int(self.alive.sum()) + len(self.recent)
 
     def apply(self, rows: VectorRows, removed: Sequence[int]) -> ChatVectors:
-        """These vectors with `rows` (new or changed) in and `removed` ids out."""
+        """These vectors with `rows` (new or changed) in and `removed` ids out: the base
+        masked, the recent rows appended (`RecentVectors`), nothing re-stacked."""
         changed = [*removed, *(row[0] for row in rows)]
         alive = self.alive.copy()
         alive[self._places(changed)] = False
-        gone = set(changed)
-        recent = {k: v for k, v in self.recent.items() if k not in gone}
         new_ids, new_matrix = _matrix(rows)
-        recent.update(zip(new_ids.tolist(), new_matrix, strict=True))
+        recent = self.recent.changed(new_ids, new_matrix, set(changed))
         masked = len(alive) - int(alive.sum())
         if len(recent) > max(RECENT_MIN, RECENT_SHARE * len(alive)) or (
             masked > MASKED_SHARE * max(len(alive), 1)
@@ -139,23 +139,34 @@ class ChatVectors:
             return self.merged(alive, recent)
         return ChatVectors(self.base_ids, self.base, alive, self.codes, recent)
 
-    def merged(self, alive: Any = None, recent: dict[int, Any] | None = None) -> ChatVectors:
-        """One base of the live vectors (these ones' by default), nothing masked."""
+    def merged(self, alive: Any = None, recent: RecentVectors | None = None) -> ChatVectors:
+        """One base of the live vectors (these ones' by default), nothing masked. The base
+        rows keep their sign codes (a code is its row's alone): only the recent rows' are made."""
         alive = self.alive if alive is None else alive
         recent = self.recent if recent is None else recent
-        recent_ids = np.fromiter(recent, np.int64, len(recent))
+        recent_ids, recent_rows = recent.rows()
         ids = np.concatenate([self.base_ids[alive], recent_ids])
-        blocks = [self.base[alive].reshape(-1, self.width(recent))]
-        if recent:
-            blocks.append(np.stack(list(recent.values())).astype(np.float16))
-        matrix = np.concatenate(blocks)
-        order = np.argsort(ids, kind="stable")
-        return ChatVectors(ids[order], matrix[order], np.ones(len(ids), dtype=bool))
+        kept = len(ids) - len(recent_ids)
+        width = self.width(recent)
+        matrix = np.empty((len(ids), width), np.float16)  # written once
+        matrix[:kept] = self.base[alive].reshape(kept, width)
+        codes = [self.codes[:, alive]] if len(self.base_ids) else []
+        if len(recent_ids):
+            matrix[kept:] = recent_rows
+            codes.append(sign_codes(matrix[kept:]))
+        joined = np.concatenate(codes, axis=1) if codes else None
+        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):  # new ids are usually larger
+            order = np.argsort(ids, kind="stable")
+            ids, matrix = ids[order], matrix[order]
+            joined = None if joined is None else np.ascontiguousarray(joined[:, order])
+        return ChatVectors(ids, matrix, np.ones(len(ids), dtype=bool), joined)
 
-    def width(self, recent: dict[int, Any]) -> int:
+    def width(self, recent: RecentVectors | None = None) -> int:
+        """The vectors' dimensions (0: none held); `recent`: those to ask instead of the
+        vectors' own recent ones."""
         if self.base.size:
             return int(self.base.shape[1])
-        return len(next(iter(recent.values()))) if recent else 0
+        return (self.recent if recent is None else recent).width
 
     def _candidates(self, query: Any, k: int) -> Any:
         """Base positions to score exactly: all live ones, or the nearest live codes."""
@@ -179,14 +190,14 @@ class ChatVectors:
         places = self._candidates(vector, k) if len(self.base_ids) else np.zeros(0, np.int64)
         wanted = self._places(also)
         places = np.union1d(places, wanted) if len(wanted) else places
-        keys, recent = self.recent_rows
+        keys, recent = self.recent.similarities(vector)
         ids = np.concatenate([self.base_ids[places], keys])
         sims = np.concatenate(
             [
                 self.base[places].astype(np.float32) @ vector
                 if len(places)
                 else np.zeros(0, np.float32),
-                recent @ vector if len(keys) else np.zeros(0, np.float32),
+                recent,
             ]
         )
         count = min(k, len(ids))
@@ -196,20 +207,13 @@ class ChatVectors:
         found = dict(zip(ids.tolist(), sims.astype(float).tolist(), strict=True))
         return nearest, {memory_id: found[memory_id] for memory_id in also if memory_id in found}
 
-    @cached_property
-    def recent_rows(self) -> tuple[Any, Any]:
-        """The recent vectors' ids and float32 matrix, stacked at the first search of these
-        vectors, not at every one (a recent segment grows to thousands before a merge)."""
-        keys = np.fromiter(self.recent, np.int64, len(self.recent))
-        if not len(keys):
-            return keys, np.zeros((0, 0), np.float32)
-        return keys, np.stack(list(self.recent.values()))
-
     def _places(self, memory_ids: Sequence[int]) -> Any:
         """Base positions of the live ones among `memory_ids` that are not recent ones."""
         if not len(memory_ids) or not len(self.base_ids):
             return np.zeros(0, np.int64)
-        asked = np.asarray([i for i in memory_ids if i not in self.recent], dtype=np.int64)
+        asked = np.asarray(memory_ids, dtype=np.int64)
+        if len(self.recent):
+            asked = asked[~np.isin(asked, self.recent.live_ids())]
         spots = np.minimum(np.searchsorted(self.base_ids, asked), len(self.base_ids) - 1)
         spots = spots[self.base_ids[spots] == asked]
         return spots[self.alive[spots]]
@@ -229,7 +233,7 @@ def _apply(
 
 def vectors_arrays(vectors: ChatVectors) -> dict[str, Any]:
     """The vectors as arrays to save (one base, nothing masked)."""
-    merged = vectors.merged() if vectors.recent or not vectors.alive.all() else vectors
+    merged = vectors.merged() if len(vectors.recent) or not vectors.alive.all() else vectors
     return {"ids": merged.base_ids, "base": merged.base, "codes": merged.codes}
 
 

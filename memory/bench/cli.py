@@ -25,6 +25,8 @@ from memory.bench.techniques import TECHNIQUES
 
 RETRIEVERS = ["hybrid", "knn", "bm25", "jaccard"]
 CHANGED_QUERIES = 100  # `bench memory`: queries each just after a new memory
+BURST_SHARE = 0.03  # `bench memory`: new memories (of the chat) before "after a burst" ...
+BURST_MAX = 3_000  # ... at most: the recent segments stay below their merge (5%)
 FILL_BATCH = 2_000  # `bench memory`: memories embedded at a time
 LOCOMO_CREDIT = "LoCoMo (Maharana et al., ACL 2024), CC BY-NC 4.0; evidence recall (cov@k)"
 
@@ -334,6 +336,9 @@ def _bench_memory_on(
     results[f"{modes[0]}, just after a new memory"] = _after_changes(
         memories, chat_id, modes[0], rng, gap
     )
+    results[f"{modes[0]}, after a burst of new memories"] = _after_burst(
+        memories, chat_id, modes[0], rng, gap, min(BURST_MAX, int(count * BURST_SHARE))
+    )
     results.update(_side_figures(storage, memories, embedder, chat_id, rng, queries, gap))
     if reopen is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
@@ -542,6 +547,25 @@ def _after_changes(
         _rank_once(memories, chat_id, mode, query)
         timings.append((time.perf_counter() - began) * 1000)
     return _percentiles(timings)
+
+
+def _after_burst(
+    memories: Any, chat_id: int, mode: str, rng: random.Random, gap: float, burst: int
+) -> dict[str, float]:
+    """ "Just after a new memory" once `burst` memories came since the last query (stored as
+    an import would, then one untimed query takes them in): a chat that keeps getting new
+    memories ranks with large recent segments, which a figure taken right after the lists
+    were built or merged never shows."""
+    from memory.store import NewMemory
+
+    texts = [synthetic_memory(rng) for _ in range(burst)]
+    for start in range(0, burst, FILL_BATCH):
+        batch = texts[start : start + FILL_BATCH]
+        memories.add_many([NewMemory(chat_id, text, "EVENT", "bench") for text in batch])
+    _rank_once(memories, chat_id, mode, synthetic_query(rng))
+    figures: dict[str, float] = {**_after_changes(memories, chat_id, mode, rng, gap)}
+    figures["burst"] = burst
+    return figures
 
 
 def _timed(queries: list[str], run: Callable[[str], object], gap: float = 0.0) -> dict[str, float]:

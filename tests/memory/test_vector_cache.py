@@ -118,9 +118,10 @@ def test_sign_bit_search_is_near_exact_and_skips_masked_rows() -> None:
     assert without.search(query, 5, also=[42, 43])[1].keys() == {43}
 
 
-def test_recent_vectors_are_stacked_once_per_version_and_searched_exactly() -> None:
-    """A recent segment grows to thousands of vectors before it merges: a search stacks
-    them once per version of the vectors, not at every search, and scores them as before."""
+def test_recent_vectors_are_appended_in_place_and_searched_exactly() -> None:
+    """A recent segment grows to thousands of vectors before it merges: a change appends its
+    rows to the block the versions share (nothing re-stacked), a search scores them in place
+    and as before, and a version that is not the newest copies instead of appending."""
     rng = np.random.default_rng(3)
     matrix = rng.normal(size=(40, 8)).astype(np.float32)
     base = ChatVectors.build([(i + 1, matrix[i].tobytes()) for i in range(30)])
@@ -128,13 +129,36 @@ def test_recent_vectors_are_stacked_once_per_version_and_searched_exactly() -> N
     assert len(vectors.recent) == 10 and not base.recent
     query = rng.normal(size=8).tolist()
     first = vectors.search(query, 40)
-    stacked = vectors.recent_rows[1]
-    assert vectors.search(query, 40) == first and vectors.recent_rows[1] is stacked
+    assert vectors.search(query, 40) == first
     unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
     expected = unit @ (np.asarray(query, np.float32) / np.linalg.norm(query))
     assert [mid for mid, _ in first[0]][:5] == [int(i) + 1 for i in np.argsort(-expected)[:5]]
     recent_ids = {mid: sim for mid, sim in first[0] if mid > 30}
     assert recent_ids == pytest.approx({i + 1: float(expected[i]) for i in range(30, 40)})
     newer = vectors.apply([(35, matrix[0].tobytes())], [36])  # one changed, one gone
-    assert newer.recent_rows[0].tolist() == [31, 32, 33, 34, 37, 38, 39, 40, 35]
+    assert newer.recent.block is vectors.recent.block  # appended, not copied
+    assert list(newer.recent) == [31, 32, 33, 34, 37, 38, 39, 40, 35]
+    assert list(vectors.recent) == list(range(31, 41))  # the older version sees no change
+    assert vectors.search(query, 40) == first
+    other = vectors.apply([(7, matrix[1].tobytes())], [])  # the same version changed again
+    assert other.recent.block is not vectors.recent.block  # copied: `newer` keeps its rows
+    assert list(other.recent) == [*range(31, 41), 7] and 7 not in newer.recent
+    assert np.array_equal(newer.recent[35], unit[0]) and np.array_equal(other.recent[7], unit[1])
     assert dict(newer.search(query, 40)[0])[35] == pytest.approx(float(expected[0]), abs=1e-3)
+
+
+def test_a_merge_keeps_the_base_codes_and_makes_only_the_recent_ones() -> None:
+    """Merging takes the base rows' sign codes as they are and makes the recent rows' from
+    their float16 form: the codes a build of the merged rows makes, bit for bit (a value too
+    small for float16 is no positive bit)."""
+    rng = np.random.default_rng(8)
+    matrix = rng.normal(size=(300, 70)).astype(np.float32)
+    matrix[:, 5] = 1e-9  # positive in float32, zero in float16
+    vectors = ChatVectors.build([(i * 2, matrix[i].tobytes()) for i in range(200)])
+    changed = vectors.apply([(i * 2 + 1, matrix[i].tobytes()) for i in range(200, 300)], [0, 8])
+    merged = changed.merged()
+    assert np.array_equal(merged.codes, vector_cache.sign_codes(merged.base))
+    assert merged.codes.flags.c_contiguous and len(merged.base_ids) == 298
+    rebuilt = ChatVectors(merged.base_ids, merged.base, merged.alive)  # codes made anew
+    query = rng.normal(size=70).tolist()
+    assert merged.search(query, 20) == rebuilt.search(query, 20)
