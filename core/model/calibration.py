@@ -11,6 +11,7 @@ message or not), each learned from its share.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from core.config import Config
@@ -41,9 +42,12 @@ def estimator_for(
     """The calibrated estimator of `model` (default `[llm] model`), else the configured ratio,
     with the tool cost learned in its profile (`profile`, when the caller has it read)."""
     name = model or config.llm.model
-    calibration = store.load_calibration(name)
-    ratio = calibration.chars_per_token if calibration else config.context.chars_per_token
+    ratio = _ratio(store.load_calibration(name), config)
     return TokenEstimator(ratio, tool_cost(profile or load_profile(store, name)))
+
+
+def _ratio(calibration: Calibration | None, config: Config) -> float:
+    return calibration.chars_per_token if calibration else config.context.chars_per_token
 
 
 def calibrate(
@@ -67,17 +71,38 @@ def calibrate(
 
 def usual_ratio(store: SessionStore, config: Config, model: str) -> float:
     """The model's calibrated ratio when plausible, else the configured one."""
-    calibration = store.load_calibration(model)
+    return _plausible_ratio(store.load_calibration(model), config)
+
+
+def _plausible_ratio(calibration: Calibration | None, config: Config) -> float:
     low, high = PLAUSIBLE_RATIOS
     if calibration and low <= calibration.chars_per_token <= high:
         return calibration.chars_per_token
     return config.context.chars_per_token
 
 
+@dataclass(frozen=True)
+class ModelReading:
+    """What one calibration step knows of a model before it learns: its profile, its
+    estimator and its usual ratio, read from the store once for the whole step."""
+
+    profile: ModelProfile
+    estimator: TokenEstimator
+    usual_ratio: float
+
+
+def read_model(store: SessionStore, config: Config, model: str) -> ModelReading:
+    """`model`'s profile and calibration, each read once."""
+    calibration = store.load_calibration(model)
+    profile = load_profile(store, model)
+    estimator = TokenEstimator(_ratio(calibration, config), tool_cost(profile))
+    return ModelReading(profile, estimator, _plausible_ratio(calibration, config))
+
+
 def tools_were_counted(
     store: SessionStore,
-    config: Config,
     model: str,
+    known: ModelReading,
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     prompt_tokens: int,
@@ -86,8 +111,8 @@ def tools_were_counted(
     the model; an unclear one falls back to what was learned before (else True)."""
     count = len(messages)
     chars = request_chars(messages)
-    estimator = estimator_for(store, config, model)
-    if estimator.tool_cost.samples and load_profile(store, model).tools_in_prompt:
+    estimator = known.estimator
+    if estimator.tool_cost.samples and known.profile.tools_in_prompt:
         return True  # learned: what the estimate misses is the tool cost's to fit, not a flip
     if estimator.tool_cost.samples:  # the messages' ratio once the tools' tokens are off
         tokens = prompt_tokens - estimator.tools(tools, messages)
@@ -97,9 +122,9 @@ def tools_were_counted(
     without = observed_ratio(chars, count, prompt_tokens)
     reading = None
     if with_tools and without:
-        reading = tools_counted(with_tools, without, usual_ratio(store, config, model))
+        reading = tools_counted(with_tools, without, known.usual_ratio)
     if reading is None:
-        return load_profile(store, model).tools_in_prompt is not False
+        return known.profile.tools_in_prompt is not False
     learn(store, model, tools_in_prompt=reading)
     return reading
 
@@ -115,13 +140,13 @@ def calibrate_request(
     """Calibrate `model` on a request and its `usage.prompt_tokens`, counting the tool
     schemas only when the server did: the request joins the tool cost's fit (the profile),
     and what that leaves of the prompt calibrates the messages' ratio."""
-    counted = bool(tools and prompt_tokens) and tools_were_counted(
-        store, config, model, messages, tools or (), prompt_tokens or 0
-    )
     chars = request_chars(messages)
-    if not counted or not tools or not prompt_tokens:
+    if not tools or not prompt_tokens:
         return calibrate(store, config, model, chars, len(messages), prompt_tokens)
-    estimator = estimator_for(store, config, model)
+    known = read_model(store, config, model)
+    if not tools_were_counted(store, model, known, messages, tools, prompt_tokens):
+        return calibrate(store, config, model, chars, len(messages), prompt_tokens)
+    estimator = known.estimator  # learning `tools_in_prompt` leaves the tool cost as it was
     chars_of_tools = schema_chars(tools)
     systems = system_messages(messages)
     block = estimator.tool_block(chars_of_tools)

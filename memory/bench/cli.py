@@ -283,19 +283,19 @@ def bench_memory(
 
             server = stack.enter_context(PostgresServer())
             storage_url = server.create_database("bench")
-        storage = _bench_storage(work, storage_url)
+        url = storage_url or f"sqlite:///{work / 'bench.db'}"
+        storage = _bench_storage(url)
         stack.callback(storage.close)
-        reopen = partial(_bench_storage, work, storage_url)
-        options = MemoryBenchOptions(retrievers, query_precision, gap, embedding_cache)
-        _bench_memory_on(storage, count, queries, options, as_json, reopen)
+        options = MemoryBenchOptions(retrievers, query_precision, gap, embedding_cache, url)
+        _bench_memory_on(storage, count, queries, options, as_json, partial(_bench_storage, url))
 
 
-def _bench_storage(work: Path, url: str | None) -> Storage:
+def _bench_storage(url: str) -> Storage:
     """A throwaway SQLite file, or the (migrated) PostgreSQL database `url`."""
     from core.config import StorageConfig
     from core.storage.engine import open_storage
 
-    return open_storage(StorageConfig(url=url or f"sqlite:///{work / 'bench.db'}"))
+    return open_storage(StorageConfig(url=url))
 
 
 @dataclass(frozen=True)
@@ -304,6 +304,7 @@ class MemoryBenchOptions:
     query_precision: str = "int8"
     gap: float = 0.0
     embedding_cache: Path | None = None  # documents' vectors kept between runs
+    url: str | None = None  # the database, for a serving process's memory use
 
 
 def _bench_memory_on(
@@ -315,6 +316,7 @@ def _bench_memory_on(
     reopen: Callable[[], Storage] | None = None,
 ) -> None:
     from memory.bench.restart import restart_figures, vector_recall
+    from memory.bench.serving_memory import SERVED_QUERIES, serving_memory
     from memory.stores import memory_store
 
     rng = random.Random(7)
@@ -343,6 +345,13 @@ def _bench_memory_on(
     if reopen is not None:
         asked = [synthetic_query(rng) for _ in range(queries)]
         results.update(restart_figures(reopen, embedder, chat_id, asked, memories))
+    if options.url is not None:
+        served = random.Random(11)  # its own queries: the later figures' stay as they were
+        asked = [synthetic_query(served) for _ in range(SERVED_QUERIES)]
+        precision = options.query_precision
+        results["(a serving process: memory use)"] = serving_memory(
+            options.url, chat_id, precision, asked
+        )
     if embedder is not None and memories.vectors_unavailable() is None:
         asked = [synthetic_query(rng) for _ in range(min(queries, 100))]
         results["(vectors: recall@10 against exact)"] = vector_recall(

@@ -154,3 +154,18 @@ def test_a_bench_prints_one_json_object_on_stdout(tmp_path: Path) -> None:
     assert result["small_history"] == 30 and result["large_history"] == 120
     assert result["new_messages"] == 5 and result["ratio"] > 0
     assert "seeding" in done.stderr
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("2", "2")])
+def test_mnemo_runs_numpy_on_one_openblas_thread_unless_told(
+    given: str | None, expected: str
+) -> None:
+    """OpenBLAS reads OPENBLAS_NUM_THREADS when numpy loads: `bots.cli` sets it first."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import bots.cli, os, numpy; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True
+    )
+    assert done.stdout.strip() == expected

@@ -11,9 +11,11 @@ from bots.runtime import Runtime
 from core.api import Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.model.calibration import estimator_for
-from core.model.profile import learn, load_profile
+from core.model.calibration import calibrate_request, estimator_for
+from core.model.profile import ModelProfile, learn, load_profile
 from core.model.tokens import Calibration, overhead_tokens, request_chars, tools_counted
+from core.storage.database import Database
+from core.storage.session_store import DatabaseSessionStore
 from core.storage.store import SessionStore
 from tests.core.support import light_runtime
 
@@ -99,3 +101,35 @@ def test_tools_counted_reads_the_ratio_both_ways() -> None:
     assert tools_counted(5.5, 4.0, 4.0) is False  # nearer the model's usual ratio
     assert tools_counted(4.0, 3.0, 4.0) is True
     assert tools_counted(4.1, 3.9, 4.0) is None  # too small a share to tell
+
+
+class CountingStore(DatabaseSessionStore):
+    """The real store, counting its reads of a model's calibration and profile."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db)
+        self.reads: dict[str, int] = {"calibration": 0, "profile": 0}
+
+    def load_calibration(self, model: str) -> Calibration | None:
+        self.reads["calibration"] += 1
+        return super().load_calibration(model)
+
+    def load_model_profile(self, model: str) -> ModelProfile | None:
+        self.reads["profile"] += 1
+        return super().load_model_profile(model)
+
+
+def test_a_request_with_tools_reads_the_models_facts_once(runtime: Runtime) -> None:
+    assert isinstance(runtime.store, DatabaseSessionStore)
+    store = CountingStore(runtime.store.db)
+    model = runtime.config.llm.model
+    messages = [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "u" * 800}]
+    tools = [{"type": "function", "function": {"name": "look", "description": "d" * 300}}]
+    tokens = int(request_chars(messages, tools) / TRUE_RATIO) + overhead_tokens(len(messages))
+
+    calibrate_request(store, runtime.config, model, messages, tools, tokens)
+
+    assert load_profile(runtime.store, model).tools_in_prompt is True
+    # One read for the step; `calibrate` reads the calibration again inside its
+    # transaction, and each `learn` (tools_in_prompt, then the tool cost) its profile.
+    assert store.reads == {"calibration": 2, "profile": 3}
