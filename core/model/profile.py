@@ -97,7 +97,8 @@ def learn(store: ProfileStore, model: str, **facts: Any) -> ModelProfile:
     current = load_profile(store, model)
     updated = replace(current, **facts)
     if updated != current:
-        changed = {k: v for k, v in updated.facts().items() if current.facts().get(k) != v}
+        before = current.facts()  # once: each call is a `dataclasses.asdict`
+        changed = {k: v for k, v in updated.facts().items() if before.get(k) != v}
         news = {k: v for k, v in changed.items() if k not in _RUNNING_FACTS}
         logger.log(logging.INFO if news else logging.DEBUG, "learned about model %s: %s",
                    model, news or changed)  # fmt: skip
