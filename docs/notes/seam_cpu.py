@@ -576,6 +576,7 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
         assert server._process is not None
         postmaster = str(server._process.pid)
         urls = {name: server.create_database(f"t_{name}") for name in trees}
+        rounds_seen: dict[str, int] = {}
         fills = {}
         for name, tree in trees.items():
             fills[name] = _run_worker(
@@ -601,6 +602,11 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
             if firsts:  # per round: the median of its fresh processes' single queries
                 figures[FIRST] = {key: statistics.median(f[key] for f in firsts)
                                   for key in firsts[0]}  # fmt: skip
+            rounds_seen[name] = rounds_seen.get(name, 0) + 1
+            if args.progress:
+                with Path(args.progress).open("a") as out:
+                    line = {"round": rounds_seen[name], "tree": name, "figures": figures}
+                    out.write(json.dumps(line) + "\n")
             return figures
 
         results = _rounds(trees, args.rounds, run)
@@ -704,6 +710,7 @@ def main() -> None:
         driver.add_argument("--tree", action="append", required=True, help="name=path, twice")
         driver.add_argument("--rounds", type=int, default=5)
     memory.add_argument("--n", type=int, default=10_000)
+    memory.add_argument("--progress", default="", help="a JSON line per tree and round")
     memory.add_argument("--queries", type=int, default=100)
     memory.add_argument("--warm", type=int, default=10)
     memory.add_argument("--seed", type=int, default=11)
