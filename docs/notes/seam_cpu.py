@@ -6,20 +6,26 @@ old commit") measured in CPU time, not wall time, so that a loaded 2-core VM doe
 drown it: for each query, this process's CPU (`time.process_time`, every thread) plus the
 CPU of the PostgreSQL backends serving this database (`/proc/<pid>/schedstat`, on-CPU ns,
 read before and after, outside the client's window); for a fleet run (`bench scale`'s
-work), the bot processes' CPU (the fleet's own meter) plus the whole server's (its
-postmaster's own and reaped children's ticks, and the live backends').
+work), metered from outside the tree's own code (`FleetMeter`, around the tree's
+`fleet.push` and `fleet.wait_delivered`): warm-up turns in new chats, a wait until idle,
+an idle window, the push, a wait until idle again; the bot processes' CPU (every thread)
+plus the whole server's (its postmaster's own and reaped children's ticks, and the live
+backends'), per turn; the fakes (this worker) apart.
 
 Usage (the driver needs a tree with `core.bench.fakes.postgres`; each tree runs its own
 code in a subprocess with `PYTHONPATH=<tree>` and the shared venv):
 
     PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py memory \\
         --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --n 10000 --rounds 5
-    PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py scale \\
-        --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --rounds 3
+    PYTHONPATH=/tmp/main python docs/notes/seam_cpu.py scale --tree old=/tmp/old \\
+        --tree seam=/tmp/seam --tree main=/tmp/main --rounds 8 --chats 30 --messages 5 \\
+        --warm 8 --idle 2 --progress run.jsonl > run.json
+    python docs/notes/seam_cpu.py table run.jsonl --key cpu_ms_per_turn --key turns_per_s
 
 Two or more trees; each round runs them in a rotated order. The summary gives, per figure,
 each tree's median over rounds of the per-query median CPU and, for each tree after the
-first, the median and spread (min-max) over rounds of its per-round ratio to the first.
+first, the median and spread (min-max, IQR) over rounds of its per-round ratio to the first.
+`--progress` writes each tree-round as a JSON line; `table` reads it (whole rounds) or the JSON.
 A notes script, not product code.
 """
 
