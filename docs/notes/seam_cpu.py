@@ -276,16 +276,17 @@ def _first_stage_figures(
 ) -> None:
     """Each mode without the second stage (`memory.second_stage`, later than the seam): the
     work a tree from before it does, so the seam's own cost shows on a newer tree."""
+    import inspect
+
     from memory.bench.cli import synthetic_query as query_of
     from memory.retrieval import rank_memories
 
     extra: dict[str, Any] = {}
-    try:
-        from memory.second_stage import Stage
+    if "stage" in inspect.signature(rank_memories).parameters:  # else: first stage only
+        from memory.second_stage import Stage  # (an editable install may serve this module
 
+        #                                        to an older tree too: ask the signature)
         extra["stage"] = Stage(frozenset())
-    except ImportError:  # an older tree: its ranking is the first stage only
-        pass
     for mode in MODES:
         for number in range(args.warm + args.queries):
             asked = query_of(rng)
