@@ -6,20 +6,26 @@ old commit") measured in CPU time, not wall time, so that a loaded 2-core VM doe
 drown it: for each query, this process's CPU (`time.process_time`, every thread) plus the
 CPU of the PostgreSQL backends serving this database (`/proc/<pid>/schedstat`, on-CPU ns,
 read before and after, outside the client's window); for a fleet run (`bench scale`'s
-work), the bot processes' CPU (the fleet's own meter) plus the whole server's (its
-postmaster's own and reaped children's ticks, and the live backends').
+work), metered from outside the tree's own code (`FleetMeter`, around the tree's
+`fleet.push` and `fleet.wait_delivered`): warm-up turns in new chats, a wait until idle,
+an idle window, the push, a wait until idle again; the bot processes' CPU (every thread)
+plus the whole server's (its postmaster's own and reaped children's ticks, and the live
+backends'), per turn; the fakes (this worker) apart.
 
 Usage (the driver needs a tree with `core.bench.fakes.postgres`; each tree runs its own
 code in a subprocess with `PYTHONPATH=<tree>` and the shared venv):
 
     PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py memory \\
         --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --n 10000 --rounds 5
-    PYTHONPATH=/work/wt/seam python docs/notes/seam_cpu.py scale \\
-        --tree old=/work/wt/old-a8f8595 --tree new=/work/wt/seam --rounds 3
+    PYTHONPATH=/tmp/main python docs/notes/seam_cpu.py scale --tree old=/tmp/old \\
+        --tree seam=/tmp/seam --tree main=/tmp/main --rounds 8 --chats 30 --messages 5 \\
+        --warm 8 --idle 2 --progress run.jsonl > run.json
+    python docs/notes/seam_cpu.py table run.jsonl --key cpu_ms_per_turn --key turns_per_s
 
 Two or more trees; each round runs them in a rotated order. The summary gives, per figure,
 each tree's median over rounds of the per-query median CPU and, for each tree after the
-first, the median and spread (min-max) over rounds of its per-round ratio to the first.
+first, the median and spread (min-max, IQR) over rounds of its per-round ratio to the first.
+`--progress` writes each tree-round as a JSON line; `table` reads it (whole rounds) or the JSON.
 A notes script, not product code.
 """
 
@@ -270,16 +276,17 @@ def _first_stage_figures(
 ) -> None:
     """Each mode without the second stage (`memory.second_stage`, later than the seam): the
     work a tree from before it does, so the seam's own cost shows on a newer tree."""
+    import inspect
+
     from memory.bench.cli import synthetic_query as query_of
     from memory.retrieval import rank_memories
 
     extra: dict[str, Any] = {}
-    try:
-        from memory.second_stage import Stage
+    if "stage" in inspect.signature(rank_memories).parameters:  # else: first stage only
+        from memory.second_stage import Stage  # (an editable install may serve this module
 
+        #                                        to an older tree too: ask the signature)
         extra["stage"] = Stage(frozenset())
-    except ImportError:  # an older tree: its ranking is the first stage only
-        pass
     for mode in MODES:
         for number in range(args.warm + args.queries):
             asked = query_of(rng)
@@ -293,23 +300,215 @@ def _first_stage_figures(
                 meter.run(f"{mode}, first stage only", rank)
 
 
+def _children(parent: int) -> list[int]:
+    """Every live descendant of `parent` (the fleet's bot processes, for the worker)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parents[int(name)] = int(_stat_fields(int(name))[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [parent]
+    while frontier:
+        here = frontier.pop()
+        kids = [pid for pid, up in parents.items() if up == here]
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
+
+
+def threads_cpu_ns(pids: list[int]) -> int:
+    """On-CPU ns of every live thread of `pids` (/proc/PID/task/TID/schedstat): ns
+    resolution, but a thread that ended is no longer counted (used over short windows)."""
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError):
+                continue
+    return total
+
+
+def ticks_s(pids: list[int]) -> float:
+    """User + system CPU of `pids` so far, every thread that ever ran (/proc/PID/stat)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total * TICK_S
+
+
+WARM_CHAT = 90_000  # warm-up chats: ids apart from the bench's, texts its tally ignores
+
+
+class FleetMeter:
+    """The fleet's CPU measured from outside the tree's own code: the bot processes (the
+    worker's descendants), the fakes and proxy (the worker itself, reported apart), the
+    PostgreSQL server (whole, and this database's backends).
+
+    Before the bench's push: `warm` warm-up messages (one per new chat; their first-turn
+    costs: lazy imports, the embedder, the pool's connections), then an idle window (each
+    part's CPU per second doing nothing), then the measured push. "all" figures count from
+    before the warm-up (what the bench's own meter sees, first turns included), the others
+    from after the idle window (the steady state)."""
+
+    def __init__(self, postmaster: int, database: str, idle_s: float, warm: int) -> None:
+        self.postmaster = postmaster
+        self.backends = Backends(postmaster, database) if database else None
+        self.idle_s = idle_s
+        self.warm = warm
+        self.figures: dict[str, float] = {}
+        self.start: dict[str, float] = {}
+        self.all_start: dict[str, float] = {}
+        self.bots: list[int] = []
+
+    def _server_ns(self) -> int:
+        if not self.postmaster:
+            return 0
+        return threads_cpu_ns([self.postmaster, *_children(self.postmaster)])
+
+    def _sample(self) -> dict[str, float]:
+        return {
+            "bots_s": ticks_s(self.bots),
+            "fakes_s": time.process_time(),
+            "server_s": server_cpu_s(self.postmaster) if self.postmaster else 0.0,
+            "db_ns": sum(self.backends.cpu_ns().values()) if self.backends else 0,
+            "wall": time.perf_counter(),
+        }
+
+    def _warm_up(self, telegram: Any) -> None:
+        from core.bench.chaos import user
+
+        chats = [WARM_CHAT + n for n in range(self.warm)]
+        for chat_id in chats:
+            chat = {"id": chat_id, "type": "private", "first_name": f"Warm {chat_id}"}
+            telegram.push_message(chat, user(chat_id, f"Warm {chat_id}"), "warm-up: hello")
+
+        def answered(tg: Any) -> bool:
+            return len({m["chat"]["id"] for m in list(tg.delivered)} & set(chats)) >= self.warm
+
+        telegram.wait_for(answered, 300)
+
+    def _settle(self) -> float:
+        """Wait until the bots and the server are idle (under 2% of a core over 0.5 s: the
+        work a turn leaves for after its reply is done), at most 20 s; the seconds waited."""
+        began = time.perf_counter()
+
+        def pids() -> list[int]:
+            server = [self.postmaster, *_children(self.postmaster)] if self.postmaster else []
+            return [*self.bots, *server]
+
+        before = threads_cpu_ns(pids())
+        while time.perf_counter() - began < 20:
+            time.sleep(0.5)
+            now = threads_cpu_ns(pids())
+            if now - before < 10_000_000:
+                break
+            before = now
+        return time.perf_counter() - began
+
+    def before_push(self, telegram: Any) -> None:
+        self.bots = _children(os.getpid())
+        self.all_start = self._sample()
+        self._warm_up(telegram)
+        self.figures["warm_settle_s"] = self._settle()
+        bots_ns, server_ns = threads_cpu_ns(self.bots), self._server_ns()
+        fakes = time.process_time()
+        time.sleep(self.idle_s)
+        self.figures.update({
+            "bots_idle_ms_per_s": (threads_cpu_ns(self.bots) - bots_ns) / 1e6 / self.idle_s,
+            "server_idle_ms_per_s": (self._server_ns() - server_ns) / 1e6 / self.idle_s,
+            "fakes_idle_ms_per_s": (time.process_time() - fakes) * 1e3 / self.idle_s,
+        })  # fmt: skip
+        self.start = self._sample()
+
+    def after_delivered(self) -> None:
+        delivered = time.perf_counter()
+        self.figures["settle_s"] = self._settle()
+        end = self._sample()
+        self.figures.update({
+            "seconds": delivered - self.start["wall"],
+            "measured_s": end["wall"] - self.start["wall"],
+            "bots_s": end["bots_s"] - self.start["bots_s"],
+            "fakes_s": end["fakes_s"] - self.start["fakes_s"],
+            "server_s": end["server_s"] - self.start["server_s"],
+            "db_s": (end["db_ns"] - self.start["db_ns"]) / 1e9,
+            "all_bots_s": end["bots_s"] - self.all_start["bots_s"],
+            "all_server_s": end["server_s"] - self.all_start["server_s"],
+        })  # fmt: skip
+
+
 def worker_scale(args: argparse.Namespace) -> dict[str, Any]:
-    from core.bench.fleet import webhook_fleet_run
+    import core.bench.fleet as fleet
 
     if args.url:
         _open(args.url).close()  # migrated before the run: its CPU is not a turn's
-    server_before = server_cpu_s(args.postmaster)
-    result = webhook_fleet_run(
+    meter = FleetMeter(args.postmaster, args.database if args.url else "", args.idle, args.warm)
+    push, wait = fleet.push, fleet.wait_delivered
+
+    def metered_push(*a: Any, **k: Any) -> Any:
+        meter.before_push(a[0])
+        return push(*a, **k)
+
+    def metered_wait(*a: Any, **k: Any) -> Any:
+        done = wait(*a, **k)
+        meter.after_delivered()
+        return done
+
+    fleet.push, fleet.wait_delivered = metered_push, metered_wait  # type: ignore[attr-defined]
+    result = fleet.webhook_fleet_run(
         args.processes, args.chats, args.messages, args.delay, 600.0,
         storage_url=args.url, max_messages_per_second=1000.0,
     )  # fmt: skip
-    server_s = server_cpu_s(args.postmaster) - server_before
+    return _scale_figures(result, meter.figures, bool(args.url), args.warm)
+
+
+def _scale_figures(
+    result: dict[str, Any], m: dict[str, float], pg: bool, warm: int
+) -> dict[str, Any]:
+    """Per turn, in CPU ms: bots, server (whole; this database's backends), the fakes apart;
+    each raw and net of its idle rate over the run's seconds; "all": from before the
+    warm-up, its turns counted (first turns' costs included, as in the bench's meter)."""
     turns = max(1, int(result["answered"]))
+    all_ms = (m["all_bots_s"] + (m["all_server_s"] if pg else 0.0)) * 1000 / (turns + warm)
+
+    def per_turn(seconds: float) -> float:
+        return round(seconds * 1000 / turns, 3)
+
+    bots = per_turn(m["bots_s"])
+    server = per_turn(m["server_s"]) if pg else 0.0
+    bots_net = per_turn(m["bots_s"] - m["bots_idle_ms_per_s"] * m["measured_s"] / 1000)
+    server_net = (
+        per_turn(m["server_s"] - m["server_idle_ms_per_s"] * m["measured_s"] / 1000) if pg else 0.0
+    )
     return {
-        "turns_per_s": result["turns_per_s"],
-        "bots_cpu_ms_per_turn": result["cpu_ms_per_turn"],
-        "server_cpu_ms_per_turn": round(server_s * 1000 / turns, 2) if args.url else 0.0,
+        "turns_per_s": round(turns / m["seconds"], 3),
+        "seconds": round(m["seconds"], 2),
         "whole": result["whole"],
+        "answered": result["answered"],
+        "all_cpu_ms_per_turn": round(all_ms, 3),
+        "cpu_ms_per_turn": round(bots + server, 3),
+        "cpu_net_ms_per_turn": round(bots_net + server_net, 3),
+        "bots_cpu_ms_per_turn": bots,
+        "bots_net_ms_per_turn": bots_net,
+        "server_cpu_ms_per_turn": server,
+        "server_net_ms_per_turn": server_net,
+        "db_backends_ms_per_turn": per_turn(m["db_s"]) if pg else 0.0,
+        "fakes_cpu_ms_per_turn": per_turn(m["fakes_s"]),
+        # the tree's own meter: bots only, warm-up and idle window included, real turns
+        "bench_cpu_ms_per_turn": result["cpu_ms_per_turn"],
+        "bench_turns_per_s": result["turns_per_s"],
+        "idle": {k: round(v, 3) for k, v in m.items() if k.endswith(("_per_s", "settle_s"))},
+        "load": _load(),
     }
 
 
@@ -366,6 +565,8 @@ def _compare(results: dict[str, list[dict[str, Any]]], keys: list[str]) -> dict[
                         round(statistics.median(ratios), 3), round(min(ratios), 3),
                         round(max(ratios), 3),
                     ]  # fmt: skip
+                    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+                    row[f"iqr_{name}"] = [round(quartiles[0], 3), round(quartiles[-1], 3)]
             table[f"{figure} | {key}"] = row
     return table
 
@@ -382,6 +583,7 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
         assert server._process is not None
         postmaster = str(server._process.pid)
         urls = {name: server.create_database(f"t_{name}") for name in trees}
+        rounds_seen: dict[str, int] = {}
         fills = {}
         for name, tree in trees.items():
             fills[name] = _run_worker(
@@ -407,6 +609,11 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
             if firsts:  # per round: the median of its fresh processes' single queries
                 figures[FIRST] = {key: statistics.median(f[key] for f in firsts)
                                   for key in firsts[0]}  # fmt: skip
+            rounds_seen[name] = rounds_seen.get(name, 0) + 1
+            if args.progress:
+                with Path(args.progress).open("a") as out:
+                    line = {"round": rounds_seen[name], "tree": name, "figures": figures}
+                    out.write(json.dumps(line) + "\n")
             return figures
 
         results = _rounds(trees, args.rounds, run)
@@ -424,49 +631,79 @@ def _vacuum_analyze(urls: list[str]) -> None:
             conn.execute("VACUUM ANALYZE")
 
 
+SCALE_KEYS = [
+    "all_cpu_ms_per_turn", "cpu_ms_per_turn", "cpu_net_ms_per_turn", "bots_cpu_ms_per_turn",
+    "bots_net_ms_per_turn", "server_cpu_ms_per_turn", "server_net_ms_per_turn",
+    "db_backends_ms_per_turn", "fakes_cpu_ms_per_turn", "bench_cpu_ms_per_turn",
+    "turns_per_s", "bench_turns_per_s", "seconds",
+]  # fmt: skip
+
+
 def drive_scale(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, Any]:
+    """Each round, each tree (in a rotated order) runs every configuration of `--configs`
+    (`engine:processes`), each on a fresh database (SQLite: a new temporary directory)."""
     server = _server()
     numbers = iter(range(1000))
+    configs = [(e, int(n)) for e, n in (c.split(":") for c in args.configs.split(","))]
+    rounds_seen: dict[str, int] = {}
     try:
         assert server._process is not None
         postmaster = str(server._process.pid)
 
         def run(name: str, tree: Path) -> dict[str, Any]:
             figures = {}
-            for engine, processes in (("sqlite", 1), ("postgresql", 1), ("postgresql", 2)):
-                url = server.create_database(f"s_{next(numbers)}") if engine != "sqlite" else ""
+            for engine, processes in configs:
+                database = f"s_{next(numbers)}" if engine != "sqlite" else ""
+                url = server.create_database(database) if database else ""
                 figures[f"{engine} x{processes}"] = _run_worker(
                     tree, "scale-worker", "--url", url, "--postmaster", postmaster,
+                    "--database", database, "--idle", str(args.idle), "--warm", str(args.warm),
                     "--processes", str(processes), "--chats", str(args.chats),
                     "--messages", str(args.messages), "--delay", str(args.delay),
                 )  # fmt: skip
+            rounds_seen[name] = rounds_seen.get(name, 0) + 1
+            if args.progress:
+                with Path(args.progress).open("a") as out:
+                    line = {"round": rounds_seen[name], "tree": name, "figures": figures}
+                    out.write(json.dumps(line) + "\n")
             return figures
 
         results = _rounds(trees, args.rounds, run)
     finally:
         server.stop()
-    for per_tree in results.values():
-        for figures in per_tree:
-            for run_figures in figures.values():
-                run_figures["cpu_ms_per_turn"] = (
-                    run_figures["bots_cpu_ms_per_turn"] + run_figures["server_cpu_ms_per_turn"]
-                )
-    keys = ["cpu_ms_per_turn", "bots_cpu_ms_per_turn", "server_cpu_ms_per_turn", "turns_per_s"]
-    return {"compare": _compare(results, keys), "raw": results}
+    return {"compare": _compare(results, SCALE_KEYS), "raw": results}
+
+
+def _raw(path: Path) -> dict[str, list[Any]]:
+    """A driver's raw results: its JSON, or a `--progress` file's lines (whole rounds only)."""
+    text = path.read_text()
+    try:
+        whole_json = json.loads(text)
+    except json.JSONDecodeError:
+        whole_json = {}
+    if "raw" not in whole_json:
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        raw: dict[str, list[Any]] = {}
+        for line in lines:
+            raw.setdefault(line["tree"], []).append(line["figures"])
+        whole = min(len(v) for v in raw.values())
+        return {name: runs[:whole] for name, runs in raw.items()}
+    return dict(whole_json["raw"])
 
 
 def table(path: Path, keys: list[str]) -> str:
     """A Markdown table of a driver's JSON: per figure and key, each tree's median and each
     later tree's ratio to the first (median, min-max over rounds)."""
-    compare = _compare(json.loads(path.read_text())["raw"], keys)
-    names = list(json.loads(path.read_text())["raw"])
+    raw = _raw(path)
+    compare, names = _compare(raw, keys), list(raw)
     head = ["figure", *(f"{n} (median)" for n in names), *(f"{n} / {names[0]}" for n in names[1:])]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, row in compare.items():
         cells = [label.replace(" | ", ", "), *(f"{row['median_' + n]:.2f}" for n in names)]
         for name in names[1:]:
             mid, low, high = row.get(f"ratio_{name}", [0, 0, 0])
-            cells.append(f"**{mid:.2f}** ({low:.2f}–{high:.2f})")
+            q1, q3 = row.get(f"iqr_{name}", [0, 0])
+            cells.append(f"**{mid:.2f}** ({low:.2f}–{high:.2f}; IQR {q1:.2f}–{q3:.2f})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -480,6 +717,7 @@ def main() -> None:
         driver.add_argument("--tree", action="append", required=True, help="name=path, twice")
         driver.add_argument("--rounds", type=int, default=5)
     memory.add_argument("--n", type=int, default=10_000)
+    memory.add_argument("--progress", default="", help="a JSON line per tree and round")
     memory.add_argument("--queries", type=int, default=100)
     memory.add_argument("--warm", type=int, default=10)
     memory.add_argument("--seed", type=int, default=11)
@@ -493,6 +731,11 @@ def main() -> None:
         driver.add_argument("--chats", type=int, default=50)
         driver.add_argument("--messages", type=int, default=6)
         driver.add_argument("--delay", type=float, default=0.2)
+        driver.add_argument("--configs", default="sqlite:1,postgresql:1,postgresql:2",
+                            help="engine:processes, comma-separated")  # fmt: skip
+        driver.add_argument("--idle", type=float, default=4.0, help="idle seconds before a push")
+        driver.add_argument("--warm", type=int, default=10, help="warm-up messages (new chats)")
+        driver.add_argument("--progress", default="", help="a JSON line per tree and round")
     fill = sub.add_parser("fill")
     fill.add_argument("--url", required=True)
     fill.add_argument("--n", type=int, required=True)
@@ -516,6 +759,9 @@ def main() -> None:
     worker.add_argument("--chats", type=int, default=50)
     worker.add_argument("--messages", type=int, default=6)
     worker.add_argument("--delay", type=float, default=0.2)
+    worker.add_argument("--database", default="")
+    worker.add_argument("--idle", type=float, default=4.0)
+    worker.add_argument("--warm", type=int, default=10)
     report = sub.add_parser("table")
     report.add_argument("path", type=Path)
     report.add_argument("--key", action="append", default=[])
