@@ -1,8 +1,9 @@
-"""`RecallStore`: the SQL of the episodic recall index (`message_recall`, migration m0021),
-written once for both engines on the `Database` seam.
+"""`RecallStore`: the SQL of the episodic recall index (`message_recall`, migrations m0021
+and m0026), written once for both engines on the `Database` seam.
 
 The index covers a chat's user and assistant messages with text, compacted ones included;
-the text, speaker and date are read from `messages`, the vectors from `message_recall`.
+the text, speaker and date are read from `messages`, the vectors from `message_recall`:
+the whole text's, and its sentences' packed in one value (`memory.sentence_vectors`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class RecallRow:
     content: str
     said_at: str  # the message's stored time, UTC text form
     embedding: bytes | None = None
+    sentences: bytes | None = None  # packed sentence vectors; b"": none needed; None: not made
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ _ROLES = "m.role IN ('user', 'assistant') AND m.content <> ''"
 
 def _row(row: Sequence[Any], with_vector: bool) -> RecallRow:
     blob = row[5] if with_vector else None
+    packed = row[6] if with_vector else None
     return RecallRow(
         int(row[0]),
         str(row[1]),
@@ -50,6 +53,7 @@ def _row(row: Sequence[Any], with_vector: bool) -> RecallRow:
         str(row[3]),
         str(row[4]),
         bytes(blob) if blob is not None else None,
+        bytes(packed) if packed is not None else None,
     )
 
 
@@ -76,22 +80,47 @@ class RecallStore:
         return [_row(row, False) for row in rows]
 
     def add(
-        self, chat_id: int, rows: Sequence[RecallRow], vectors: Sequence[bytes | None], model: str
+        self,
+        chat_id: int,
+        rows: Sequence[RecallRow],
+        vectors: Sequence[bytes | None],
+        model: str,
+        sentences: Sequence[bytes | None] | None = None,
     ) -> None:
-        """Index `rows` with their vectors (None: no vector); a row already there is kept."""
+        """Index `rows` with their vectors (None: no vector) and packed sentence vectors
+        (None: not made); a row already there is kept."""
+        packed = sentences if sentences is not None else [None] * len(rows)
         self.db.write_many(
-            "INSERT INTO message_recall (message_id, chat_id, embedding, model)"
-            " VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
+            "INSERT INTO message_recall (message_id, chat_id, embedding, model, sentence_vectors)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
             [
-                (row.message_id, chat_id, vector, model if vector is not None else "")
-                for row, vector in zip(rows, vectors, strict=True)
+                (row.message_id, chat_id, vector, model if vector is not None else "", units)
+                for row, vector, units in zip(rows, vectors, packed, strict=True)
             ],
+        )
+
+    def without_sentences(self, chat_id: int, limit: int) -> list[RecallRow]:
+        """The chat's indexed messages with a vector whose sentence vectors were never made
+        (indexed before m0026), oldest first, without vectors."""
+        rows = self.db.read(
+            f"SELECT {_ROW} FROM message_recall r JOIN messages m ON m.id = r.message_id"
+            " WHERE r.chat_id = ? AND r.embedding IS NOT NULL AND r.sentence_vectors IS NULL"
+            " ORDER BY r.message_id LIMIT ?",
+            (chat_id, limit),
+        )
+        return [_row(row, False) for row in rows]
+
+    def set_sentences(self, packed: Sequence[tuple[int, bytes]]) -> None:
+        """Store the packed sentence vectors of these (message id, value) pairs."""
+        self.db.write_many(
+            "UPDATE message_recall SET sentence_vectors = ? WHERE message_id = ?",
+            [(value, message_id) for message_id, value in packed],
         )
 
     def rows(self, chat_id: int, after_id: int = 0) -> list[RecallRow]:
         """The chat's indexed messages newer than `after_id`, with their vectors, oldest first."""
         rows = self.db.read(
-            f"SELECT {_ROW}, r.embedding FROM message_recall r JOIN messages m"
+            f"SELECT {_ROW}, r.embedding, r.sentence_vectors FROM message_recall r JOIN messages m"
             " ON m.id = r.message_id WHERE r.chat_id = ? AND r.message_id > ?"
             " ORDER BY r.message_id",
             (chat_id, after_id),
