@@ -1,0 +1,162 @@
+"""The recall index's best-sentence re-score (issue 31): sentence vectors stored with each
+message of two or more sentences (m0026), held beside the chat's vectors, used to re-order
+the first `SENTENCE_DEPTH`; forgotten with their messages; rows indexed before m0026 rank
+by their whole text until the background fill reaches them. Both engines."""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pytest
+
+from core.config import StorageConfig
+from core.storage.engine import Storage, open_storage
+from core.storage.stores import session_store
+from memory import recall_index
+from memory.chat_data import export_recall
+from memory.recall import Recaller, RecallSources
+from memory.recall_index import RecallQuery, chat_recall, forget_cached, ranked_text
+from memory.recall_store import RecallStore
+from memory.sentence_vectors import ChatSentences, pack_units, unpack_units
+from tests.memory.test_recall import said
+from tests.reflector.test_state import open_old
+
+UTC = ZoneInfo("UTC")
+
+
+class CampEmbedder:
+    """One dimension per known word ("camp" also for "tent"), one for anything else: a
+    deterministic fake, not a mock. Counts the texts it embeds."""
+
+    model_name = "camp-words"
+    dim = 6
+    words = (("camp", "tent"), ("library",), ("pottery",), ("hiking",), ("puppy",))
+
+    def __init__(self) -> None:
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        lower = text.lower()
+        vector = [float(any(word in lower for word in group)) for group in self.words]
+        return [*vector, 0.0] if any(vector) else [0.0] * 5 + [1.0]
+
+
+# A: one sentence, about the camp among three other things (cosine 0.5 with "campsite").
+# B: three sentences, the last one about the tent alone; its whole text names four other
+#    things too (cosine 0.45), so without the re-score it ranks below A.
+CAMP = [
+    ("Ann", "We camped near the library, did pottery and went hiking.", "2023-03-04T10:00:00Z"),
+    (
+        "Ben",
+        "The library had a puppy and a pottery class. Then we went hiking for hours."
+        " At night we slept in a tent.",
+        "2023-04-04T10:00:00Z",
+    ),
+    *[
+        ("Cid", f"Nothing much to say on day {day}.", f"2023-05-{day:02d}T10:00:00Z")
+        for day in range(1, 9)
+    ],
+]
+
+
+def recaller_of(storage: Storage, embedder: CampEmbedder | None = None) -> Recaller:
+    made = embedder or CampEmbedder()
+    sources = RecallSources(lambda: made, lambda chat_id: [])
+    return Recaller(RecallStore(storage.database), sources, UTC)
+
+
+def first_speaker(recaller: Recaller, chat: int) -> str:
+    return recaller.search(chat, RecallQuery("campsite", 3))[0].speaker
+
+
+async def test_a_long_messages_one_relevant_sentence_is_found(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embedder = CampEmbedder()
+    recaller = recaller_of(storage, embedder)
+    chat = said(storage, "camp", CAMP)
+    assert await recaller.catch_up(chat) == 10
+    assert embedder.texts == 10 + 3  # B's three sentences; A and the fillers need none
+    rows = {row.speaker: row for row in recaller.store.rows(chat)}
+    assert len(rows["Ben"].sentences or b"") == 3 * 6 * 2  # three float16 unit vectors
+    assert rows["Ann"].sentences == b""  # one sentence: its whole text's vector is enough
+    assert first_speaker(recaller, chat) == "Ben"
+    monkeypatch.setattr(recall_index, "SENTENCES", False)
+    assert first_speaker(recaller, chat) == "Ann"  # drowned without the re-score
+
+
+async def test_forgetting_removes_the_sentence_vectors(storage: Storage) -> None:
+    recaller = recaller_of(storage)
+    chat = said(storage, "camp", CAMP)
+    await recaller.catch_up(chat)
+    assert len(chat_recall(recaller.store, chat).sentences) == 1
+    assert recaller.forget_chat(chat) == 10
+    assert len(chat_recall(recaller.store, chat).sentences) == 0
+    sessions = session_store(storage)
+    assert recaller.store.without_sentences(chat, 100) == []
+    # a chat's messages deleted (forget-me) take their recall rows and sentences with them
+    again = said(storage, "again", CAMP[:2])
+    await recaller.catch_up(again)
+    assert sessions.delete_chat(again) == 2  # its messages
+    forget_cached(recaller.store, again)
+    assert recaller.store.rows(again) == []
+    assert len(chat_recall(recaller.store, again).sentences) == 0
+
+
+async def test_rows_indexed_before_m0026_rank_then_get_filled(storage: Storage) -> None:
+    recaller = recaller_of(storage)
+    chat = said(storage, "camp", CAMP)
+    await recaller.catch_up(chat)
+    storage.database.write("UPDATE message_recall SET sentence_vectors = NULL")  # as before
+    forget_cached(recaller.store, chat)
+    assert len(chat_recall(recaller.store, chat).sentences) == 0
+    assert first_speaker(recaller, chat) == "Ann"  # ranks by whole texts, as before m0026
+    assert len(recaller.store.without_sentences(chat, 100)) == 10
+    assert await recaller.fill_sentences(chat) == 10
+    assert recaller.store.without_sentences(chat, 100) == []
+    assert len(chat_recall(recaller.store, chat).sentences) == 1  # the copy got them
+    assert first_speaker(recaller, chat) == "Ben"
+    assert await recaller.fill_sentences(chat) == 0
+    records = export_recall(recaller, session_store(storage).get_or_create_chat("terminal", "camp"))
+    assert sorted(r["sentence_vectors"] for r in records.records) == [0] * 9 + [3]
+
+
+def test_packed_units_round_trip_and_another_size_is_ignored() -> None:
+    [one, none] = pack_units([[3.0, 4.0], [0.0, 2.0]], [2, 0])
+    assert none == b""
+    rows = unpack_units(one, 2)
+    assert rows is not None and rows.shape == (2, 2)
+    assert abs(float(rows[0][0]) - 0.6) < 1e-3  # unit vectors
+    assert unpack_units(one, 3) is None and unpack_units(None, 2) is None
+    held = ChatSentences().extended([(7, one)], 2)
+    assert len(held) == 1 and len(held.extended([(8, one)], 3)) == 0  # another model
+
+
+async def test_m0026_keeps_an_old_index_which_ranks_then_fills(blank_storage_url: str) -> None:
+    """A database indexed before m0026: its rows gain an empty column (NULL), rank by their
+    whole text, and the fill gives them their sentences."""
+    old = open_old(blank_storage_url, upto=25)
+    chat = said(old, "camp", CAMP)
+    embedder = CampEmbedder()
+    for row in RecallStore(old.database).unindexed(chat, 100):
+        vector = np.asarray(embedder.embed([ranked_text(row, UTC)])[0], np.float32).tobytes()
+        old.database.write(
+            "INSERT INTO message_recall (message_id, chat_id, embedding, model)"
+            " VALUES (?, ?, ?, ?)",
+            (row.message_id, chat, vector, embedder.model_name),
+        )
+    old.close()
+    new = open_storage(StorageConfig(url=blank_storage_url))
+    try:
+        recaller = recaller_of(new, embedder)
+        assert {row.sentences for row in recaller.store.rows(chat)} == {None}
+        assert first_speaker(recaller, chat) == "Ann"  # as before: whole texts only
+        assert await recaller.fill_sentences(chat) == 10
+        assert first_speaker(recaller, chat) == "Ben"
+    finally:
+        new.close()
