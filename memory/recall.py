@@ -123,16 +123,16 @@ class Recaller:
                     break
         return done
 
-    async def fill_sentences(self, chat_id: int, limit: int = BATCH) -> int:
+    async def fill_sentences(self, chat_id: int, limit: int | None = None) -> int:
         """Make and store the sentence vectors of up to `limit` of the chat's messages that
-        were indexed without them (before m0026), and hand them to the chat's copy in this
-        process; return how many messages were done."""
+        were indexed without them (before m0026; `BATCH` by default), and hand them to the
+        chat's copy in this process; return how many messages were done."""
         embedder = self.sources.embedder()
         if embedder is None:
             return 0
         lock = self._locks.setdefault(chat_id, asyncio.Lock())
         async with lock:
-            rows = self.store.without_sentences(chat_id, limit)
+            rows = self.store.without_sentences(chat_id, limit or BATCH)
             if not rows:
                 return 0
             _, units = await asyncio.to_thread(embedded, embedder, rows, self.zone, False)

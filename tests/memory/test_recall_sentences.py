@@ -5,6 +5,8 @@ by their whole text until the background fill reaches them. Both engines."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -13,13 +15,13 @@ import pytest
 from core.config import StorageConfig
 from core.storage.engine import Storage, open_storage
 from core.storage.stores import session_store
-from memory import recall_index
+from memory import recall, recall_index
 from memory.chat_data import export_recall
 from memory.recall import Recaller, RecallSources
 from memory.recall_index import RecallQuery, chat_recall, forget_cached, ranked_text
 from memory.recall_store import RecallStore
 from memory.sentence_vectors import ChatSentences, pack_units, unpack_units
-from tests.memory.test_recall import said
+from tests.memory.test_recall import said, until
 from tests.reflector.test_state import open_old
 
 UTC = ZoneInfo("UTC")
@@ -124,6 +126,26 @@ async def test_rows_indexed_before_m0026_rank_then_get_filled(storage: Storage) 
     assert await recaller.fill_sentences(chat) == 0
     records = export_recall(recaller, session_store(storage).get_or_create_chat("terminal", "camp"))
     assert sorted(r["sentence_vectors"] for r in records.records) == [0] * 9 + [3]
+
+
+async def test_the_background_job_fills_an_old_chat_batch_by_batch(
+    storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recaller = recaller_of(storage)
+    chat = said(storage, "camp", CAMP)
+    await recaller.catch_up(chat)
+    storage.database.write("UPDATE message_recall SET sentence_vectors = NULL")  # as before
+    monkeypatch.setattr(recall, "BATCH", 4)  # 10 rows: three batches, re-queued in turn
+    job = asyncio.create_task(recaller.serve())
+    try:
+        await until(lambda: recaller._queue is not None)
+        recaller.catch_up_later(chat)
+        await until(lambda: not recaller.store.without_sentences(chat, 1))
+    finally:
+        job.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
+    assert first_speaker(recaller, chat) == "Ben"
 
 
 def test_packed_units_round_trip_and_another_size_is_ignored() -> None:
