@@ -318,7 +318,7 @@ def search_ids(
     first = _fused(index, query.text, embedder, stage)
     ranking = refine(first, query.text, RecallCandidates(index, zone), stage)
     kept = [(item, score) for item, score in ranking if _kept(index, query, item, zone)]
-    if embedder is not None and SENTENCES:  # its vector was made by `_fused`: cached
+    if embedder is not None and SENTENCES and len(kept) > 1:  # the vector `_fused` cached
         kept = rescore_by_sentences(
             kept, embedder.embed_query(query.text), index.vectors, index.sentences
         )
