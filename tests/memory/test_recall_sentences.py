@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 
 from core.config import StorageConfig
 from core.storage.engine import Storage, open_storage
+from core.storage.migration import migrate_to_postgresql
 from core.storage.stores import session_store
 from memory import recall, recall_index
 from memory.chat_data import export_recall
@@ -21,6 +23,7 @@ from memory.recall import Recaller, RecallSources
 from memory.recall_index import RecallQuery, chat_recall, forget_cached, ranked_text
 from memory.recall_store import RecallStore
 from memory.sentence_vectors import ChatSentences, pack_units, unpack_units
+from tests.conftest import make_config
 from tests.memory.test_recall import said, until
 from tests.reflector.test_state import open_old
 
@@ -182,3 +185,24 @@ async def test_m0026_keeps_an_old_index_which_ranks_then_fills(blank_storage_url
         assert first_speaker(recaller, chat) == "Ben"
     finally:
         new.close()
+
+
+async def test_storage_migrate_copies_the_sentence_vectors(
+    tmp_path: Path, fresh_postgres_url: str
+) -> None:
+    """`mnemo storage migrate` copies `message_recall` with its sentence vectors."""
+    config = make_config(tmp_path / "data", "http://127.0.0.1:9")
+    sqlite = open_storage(config.storage)
+    chat = said(sqlite, "camp", CAMP)
+    await recaller_of(sqlite).catch_up(chat)
+    before = [(row.message_id, row.sentences) for row in RecallStore(sqlite.database).rows(chat)]
+    sqlite.close()
+    migrate_to_postgresql(config, fresh_postgres_url)
+    postgres = open_storage(StorageConfig(url=fresh_postgres_url))
+    try:
+        recaller = recaller_of(postgres)
+        after = [(row.message_id, row.sentences) for row in recaller.store.rows(chat)]
+        assert after == before and sum(bool(units) for _, units in after) == 1
+        assert first_speaker(recaller, chat) == "Ben"
+    finally:
+        postgres.close()
