@@ -79,7 +79,7 @@ def sentence_count(row: RecallRow) -> int:
 def export_recall(recaller: Recaller, chat: Chat) -> ChatDataSection:
     """The recall index holds no text of its own (it reads `messages`, exported by the
     core): which messages it covers and which model made their vectors."""
-    rows = recaller.store.rows(chat.id)
+    rows = recaller.store.rows(chat.id, sentences=True)
     records = [
         {
             "message_id": row.message_id,

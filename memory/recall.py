@@ -26,7 +26,6 @@ from memory.forgetting import fact_terms, repeats_by_terms
 from memory.recall_index import (
     RecallHit,
     RecallQuery,
-    add_sentences_cached,
     forget_cached,
     load_rows,
     ranked_text,
@@ -125,8 +124,8 @@ class Recaller:
 
     async def fill_sentences(self, chat_id: int, limit: int | None = None) -> int:
         """Make and store the sentence vectors of up to `limit` of the chat's messages that
-        were indexed without them (before m0026; `BATCH` by default), and hand them to the
-        chat's copy in this process; return how many messages were done."""
+        were indexed without them (before m0026; `BATCH` by default); return how many
+        messages were done."""
         embedder = self.sources.embedder()
         if embedder is None:
             return 0
@@ -139,8 +138,7 @@ class Recaller:
             packed = [
                 (row.message_id, value or b"") for row, value in zip(rows, units, strict=True)
             ]
-            self.store.set_sentences(packed)
-            add_sentences_cached(self.store, chat_id, packed)
+            self.store.set_sentences(packed)  # the next search reads them
         return len(rows)
 
     def catch_up_later(self, chat_id: int) -> None:

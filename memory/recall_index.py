@@ -6,7 +6,8 @@ speaker and its words) and unit vectors (`memory.vector_cache.ChatVectors`); `se
 fuses them as `rank_memories` does (`score_fusion`), then runs the same second stage
 (`memory.second_stage`: the query's named speakers, its time intent, the turns next to
 the best hits), and last re-scores the first `SENTENCE_DEPTH` by each message's best
-sentence (`memory.sentence_vectors`, vectors held beside the message vectors).
+sentence (`memory.sentence_vectors`: the candidates' sentence vectors read from the store
+at search time, not held).
 
 A chat's copy is current while its `IndexState` (row count, newest id) is unchanged; new
 rows are appended to the recent segments, anything else (a deletion) rebuilds the copy.
@@ -19,7 +20,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
@@ -30,7 +31,7 @@ from memory.query_vector import query_vector
 from memory.recall_store import IndexState, RecallRow, RecallStore
 from memory.retrieval import KEYWORD_WEIGHT, score_fusion
 from memory.second_stage import DEFAULT_STEPS, Stage, leading_speaker, refine
-from memory.sentence_vectors import ChatSentences, rescore_by_sentences
+from memory.sentence_vectors import rescore_by_sentences
 from memory.temporal import date_prefix
 from memory.vector_cache import ChatVectors
 
@@ -95,7 +96,6 @@ class ChatRecall:
     vectors: ChatVectors
     ids: list[int]  # every indexed message id, ascending (for neighbours)
     said: dict[int, str] = field(default_factory=dict)
-    sentences: ChatSentences = field(default_factory=ChatSentences)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -110,20 +110,17 @@ class ChatRecall:
             vectors,
             [row.message_id for row in rows],
             {row.message_id: row.said_at for row in rows},
-            ChatSentences().extended(_sentence_rows(rows), vectors.width(vectors.recent)),
         )
 
     def extended(self, rows: Sequence[RecallRow], zone: ZoneInfo) -> ChatRecall:
         """This index with newer `rows` appended."""
         texts = [(row.message_id, ranked_text(row, zone), "") for row in rows]
-        vectors = self.vectors.apply(_vector_rows(rows), ())
         return ChatRecall(
             _state_of(rows, self.state),
             self.lists.apply(texts, ()),
-            vectors,
+            self.vectors.apply(_vector_rows(rows), ()),
             self.ids + [row.message_id for row in rows],
             {**self.said, **{row.message_id: row.said_at for row in rows}},
-            self.sentences.extended(_sentence_rows(rows), vectors.width(vectors.recent)),
         )
 
     def text(self, message_id: int) -> str:
@@ -155,10 +152,6 @@ def _vector_rows(rows: Sequence[RecallRow]) -> list[tuple[int, bytes]]:
     vectors = [(row.message_id, row.embedding) for row in rows if row.embedding is not None]
     size = len(vectors[-1][1]) if vectors else 0
     return [(message_id, blob) for message_id, blob in vectors if len(blob) == size]
-
-
-def _sentence_rows(rows: Sequence[RecallRow]) -> list[tuple[int, bytes | None]]:
-    return [(row.message_id, row.sentences) for row in rows if row.sentences]
 
 
 class _Cache:
@@ -201,18 +194,6 @@ def _cache(store: RecallStore) -> _Cache:
 def forget_cached(store: RecallStore, chat_id: int) -> None:
     """Drop the chat's copy in this process (its rows were deleted)."""
     _cache(store).drop(chat_id)
-
-
-def add_sentences_cached(
-    store: RecallStore, chat_id: int, packed: Sequence[tuple[int, bytes]]
-) -> None:
-    """Give the chat's copy in this process (if any) these messages' sentence vectors, just
-    stored for messages it already holds (the fill of rows indexed before m0026)."""
-    cache = _cache(store)
-    entry = cache.get(chat_id)
-    if entry is not None:
-        width = entry.vectors.width(entry.vectors.recent)
-        cache.put(chat_id, replace(entry, sentences=entry.sentences.extended(packed, width)))
 
 
 def load_rows(store: RecallStore, chat_id: int, rows: Sequence[RecallRow], zone: ZoneInfo) -> int:
@@ -321,6 +302,9 @@ def search_ids(
     kept = [(item, score) for item, score in ranking if _kept(index, query, item, zone)]
     if embedder is not None and SENTENCES and len(kept) > 1:  # the vector `_fused` cached
         kept = rescore_by_sentences(
-            kept, embedder.embed_query(query.text), index.vectors, index.sentences
+            kept,
+            embedder.embed_query(query.text),
+            index.vectors,
+            lambda ids: store.sentence_vectors(chat_id, ids),
         )
     return kept[: (12 if query.speaker else 4) * query.limit]

@@ -117,15 +117,31 @@ class RecallStore:
             [(value, message_id) for message_id, value in packed],
         )
 
-    def rows(self, chat_id: int, after_id: int = 0) -> list[RecallRow]:
-        """The chat's indexed messages newer than `after_id`, with their vectors, oldest first."""
+    def rows(self, chat_id: int, after_id: int = 0, sentences: bool = False) -> list[RecallRow]:
+        """The chat's indexed messages newer than `after_id`, with their vectors (and their
+        packed sentence vectors if `sentences`; a search reads those of its candidates
+        alone, `sentence_vectors`), oldest first."""
+        packed = "r.sentence_vectors" if sentences else "NULL"
         rows = self.db.read(
-            f"SELECT {_ROW}, r.embedding, r.sentence_vectors FROM message_recall r JOIN messages m"
+            f"SELECT {_ROW}, r.embedding, {packed} FROM message_recall r JOIN messages m"
             " ON m.id = r.message_id WHERE r.chat_id = ? AND r.message_id > ?"
             " ORDER BY r.message_id",
             (chat_id, after_id),
         )
         return [_row(row, True) for row in rows]
+
+    def sentence_vectors(self, chat_id: int, message_ids: Sequence[int]) -> dict[int, bytes | None]:
+        """The packed sentence vectors of these indexed messages of the chat (None: not made
+        yet; b"": none needed), in one statement; ids not indexed in the chat are absent."""
+        if not message_ids:
+            return {}
+        in_ids, params = self.db.dialect.in_values("message_id", [int(i) for i in message_ids])
+        rows = self.db.read(
+            "SELECT message_id, sentence_vectors FROM message_recall"
+            f" WHERE chat_id = ? AND {in_ids}",
+            (chat_id, *params),
+        )
+        return {int(row[0]): bytes(row[1]) if row[1] is not None else None for row in rows}
 
     def by_ids(self, chat_id: int, message_ids: Sequence[int]) -> list[RecallRow]:
         """These messages of the chat (indexed or not, without vectors), oldest first."""
