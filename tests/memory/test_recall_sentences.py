@@ -1,12 +1,14 @@
 """The recall index's best-sentence re-score (issue 31): sentence vectors stored with each
-message of two or more sentences (m0026), held beside the chat's vectors, used to re-order
-the first `SENTENCE_DEPTH`; forgotten with their messages; rows indexed before m0026 rank
-by their whole text until the background fill reaches them. Both engines."""
+message of two or more sentences (m0026), read from the store for the candidates alone at
+search time (none held in process), used to re-order the first `SENTENCE_DEPTH`; forgotten
+with their messages; rows indexed before m0026 rank by their whole text until the
+background fill reaches them. Both engines."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -20,9 +22,10 @@ from core.storage.stores import session_store
 from memory import recall, recall_index
 from memory.chat_data import export_recall
 from memory.recall import Recaller, RecallSources
-from memory.recall_index import RecallQuery, chat_recall, forget_cached, ranked_text
+from memory.recall_index import RecallQuery, forget_cached, ranked_text
 from memory.recall_store import RecallStore
-from memory.sentence_vectors import ChatSentences, pack_units, unpack_units
+from memory.sentence_vectors import best_cosines, pack_units, unpack_units
+from memory.sentences import SENTENCE_DEPTH
 from tests.conftest import make_config
 from tests.memory.test_recall import said, until
 from tests.reflector.test_state import open_old
@@ -79,6 +82,23 @@ def first_speaker(recaller: Recaller, chat: int) -> str:
     return recaller.search(chat, RecallQuery("campsite", 3))[0].speaker
 
 
+def held(recaller: Recaller, chat: int, ids: list[int]) -> dict[int, bytes | None]:
+    """The messages of `ids` whose packed sentence vectors the store holds (not empty)."""
+    return {i: value for i, value in recaller.store.sentence_vectors(chat, ids).items() if value}
+
+
+class ReadCounting(RecallStore):
+    """The real store, noting the ids of each `sentence_vectors` read."""
+
+    def __init__(self, store: RecallStore) -> None:
+        super().__init__(store.db)
+        self.reads: list[list[int]] = []
+
+    def sentence_vectors(self, chat_id: int, message_ids: Sequence[int]) -> dict[int, bytes | None]:
+        self.reads.append(list(message_ids))
+        return super().sentence_vectors(chat_id, message_ids)
+
+
 async def test_a_long_messages_one_relevant_sentence_is_found(
     storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,7 +107,7 @@ async def test_a_long_messages_one_relevant_sentence_is_found(
     chat = said(storage, "camp", CAMP)
     assert await recaller.catch_up(chat) == 10
     assert embedder.texts == 10 + 3  # B's three sentences; A and the fillers need none
-    rows = {row.speaker: row for row in recaller.store.rows(chat)}
+    rows = {row.speaker: row for row in recaller.store.rows(chat, sentences=True)}
     assert len(rows["Ben"].sentences or b"") == 3 * 6 * 2  # three float16 unit vectors
     assert rows["Ann"].sentences == b""  # one sentence: its whole text's vector is enough
     assert first_speaker(recaller, chat) == "Ben"
@@ -99,18 +119,21 @@ async def test_forgetting_removes_the_sentence_vectors(storage: Storage) -> None
     recaller = recaller_of(storage)
     chat = said(storage, "camp", CAMP)
     await recaller.catch_up(chat)
-    assert len(chat_recall(recaller.store, chat).sentences) == 1
+    ids = [row.message_id for row in recaller.store.rows(chat)]
+    assert len(held(recaller, chat, ids)) == 1
     assert recaller.forget_chat(chat) == 10
-    assert len(chat_recall(recaller.store, chat).sentences) == 0
+    assert recaller.store.sentence_vectors(chat, ids) == {}
     sessions = session_store(storage)
     assert recaller.store.without_sentences(chat, 100) == []
     # a chat's messages deleted (forget-me) take their recall rows and sentences with them
     again = said(storage, "again", CAMP[:2])
     await recaller.catch_up(again)
+    ids = [row.message_id for row in recaller.store.rows(again)]
+    assert len(held(recaller, again, ids)) == 1
     assert sessions.delete_chat(again) == 2  # its messages
     forget_cached(recaller.store, again)
     assert recaller.store.rows(again) == []
-    assert len(chat_recall(recaller.store, again).sentences) == 0
+    assert recaller.store.sentence_vectors(again, ids) == {}
 
 
 async def test_rows_indexed_before_m0026_rank_then_get_filled(storage: Storage) -> None:
@@ -118,14 +141,14 @@ async def test_rows_indexed_before_m0026_rank_then_get_filled(storage: Storage) 
     chat = said(storage, "camp", CAMP)
     await recaller.catch_up(chat)
     storage.database.write("UPDATE message_recall SET sentence_vectors = NULL")  # as before
-    forget_cached(recaller.store, chat)
-    assert len(chat_recall(recaller.store, chat).sentences) == 0
+    ids = [row.message_id for row in recaller.store.rows(chat)]
+    assert set(recaller.store.sentence_vectors(chat, ids).values()) == {None}
     assert first_speaker(recaller, chat) == "Ann"  # ranks by whole texts, as before m0026
     assert len(recaller.store.without_sentences(chat, 100)) == 10
     assert await recaller.fill_sentences(chat) == 10
     assert recaller.store.without_sentences(chat, 100) == []
-    assert len(chat_recall(recaller.store, chat).sentences) == 1  # the copy got them
-    assert first_speaker(recaller, chat) == "Ben"
+    assert len(held(recaller, chat, ids)) == 1
+    assert first_speaker(recaller, chat) == "Ben"  # the next search read them
     assert await recaller.fill_sentences(chat) == 0
     records = export_recall(recaller, session_store(storage).get_or_create_chat("terminal", "camp"))
     assert sorted(r["sentence_vectors"] for r in records.records) == [0] * 9 + [3]
@@ -158,8 +181,11 @@ def test_packed_units_round_trip_and_another_size_is_ignored() -> None:
     assert rows is not None and rows.shape == (2, 2)
     assert abs(float(rows[0][0]) - 0.6) < 1e-3  # unit vectors
     assert unpack_units(one, 3) is None and unpack_units(None, 2) is None
-    held = ChatSentences().extended([(7, one)], 2)
-    assert len(held) == 1 and len(held.extended([(8, one)], 3)) == 0  # another model
+    query = np.asarray([0.0, 1.0], np.float32)
+    best = best_cosines(query, [7, 8, 9], {7: 0.1, 8: 0.1}, {7: one, 8: None, 9: b""})
+    assert abs(best[7] - 1.0) < 1e-3 and best[8] == 0.1 and 9 not in best
+    wide = np.asarray([0.0, 1.0, 0.0], np.float32)  # another model's size: whole texts only
+    assert best_cosines(wide, [7], {7: 0.1}, {7: one}) == {7: 0.1}
 
 
 async def test_m0026_keeps_an_old_index_which_ranks_then_fills(blank_storage_url: str) -> None:
@@ -179,7 +205,7 @@ async def test_m0026_keeps_an_old_index_which_ranks_then_fills(blank_storage_url
     new = open_storage(StorageConfig(url=blank_storage_url))
     try:
         recaller = recaller_of(new, embedder)
-        assert {row.sentences for row in recaller.store.rows(chat)} == {None}
+        assert {row.sentences for row in recaller.store.rows(chat, sentences=True)} == {None}
         assert first_speaker(recaller, chat) == "Ann"  # as before: whole texts only
         assert await recaller.fill_sentences(chat) == 10
         assert first_speaker(recaller, chat) == "Ben"
@@ -195,14 +221,39 @@ async def test_storage_migrate_copies_the_sentence_vectors(
     sqlite = open_storage(config.storage)
     chat = said(sqlite, "camp", CAMP)
     await recaller_of(sqlite).catch_up(chat)
-    before = [(row.message_id, row.sentences) for row in RecallStore(sqlite.database).rows(chat)]
+    before = [
+        (row.message_id, row.sentences)
+        for row in RecallStore(sqlite.database).rows(chat, sentences=True)
+    ]
     sqlite.close()
     migrate_to_postgresql(config, fresh_postgres_url)
     postgres = open_storage(StorageConfig(url=fresh_postgres_url))
     try:
         recaller = recaller_of(postgres)
-        after = [(row.message_id, row.sentences) for row in recaller.store.rows(chat)]
+        after = [
+            (row.message_id, row.sentences) for row in recaller.store.rows(chat, sentences=True)
+        ]
         assert after == before and sum(bool(units) for _, units in after) == 1
         assert first_speaker(recaller, chat) == "Ben"
     finally:
         postgres.close()
+
+
+async def test_a_search_reads_its_candidates_sentences_alone(storage: Storage) -> None:
+    """The read is of the chat's own rows (by chat and id), of the first `SENTENCE_DEPTH`
+    candidates at most, once per search; nothing of it is kept between searches."""
+    recaller = recaller_of(storage)
+    chat = said(storage, "camp", CAMP)
+    other = said(storage, "other", CAMP[:2])
+    await recaller.catch_up(chat)
+    await recaller.catch_up(other)
+    theirs = [row.message_id for row in recaller.store.rows(other)]
+    assert recaller.store.sentence_vectors(chat, theirs) == {}  # another chat's rows
+    assert len(recaller.store.sentence_vectors(other, theirs)) == 2
+    assert recaller.store.sentence_vectors(chat, []) == {}
+    counting = ReadCounting(recaller.store)
+    recaller.store = counting
+    assert first_speaker(recaller, chat) == "Ben"
+    assert first_speaker(recaller, chat) == "Ben"
+    assert len(counting.reads) == 2 and all(len(ids) <= SENTENCE_DEPTH for ids in counting.reads)
+    assert set(counting.reads[0]) <= {row.message_id for row in recaller.store.rows(chat)}
