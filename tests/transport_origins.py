@@ -20,7 +20,8 @@ FRAMES = 6  # the innermost calls outside asyncio itself
 
 def made_by() -> str:
     """The running test's id and the innermost calls (not asyncio's own), innermost first."""
-    test = os.environ.get("PYTEST_CURRENT_TEST", "no test").rsplit(" ", 1)[0]
+    current = os.environ.get("PYTEST_CURRENT_TEST")  # "NODEID (setup)", "(call)", ...
+    test = current.rsplit(" ", 1)[0] if current else "no test"
     frames = [f for f in traceback.extract_stack()[:-2] if "/asyncio/" not in f.filename]
     calls = " < ".join(
         f"{Path(frame.filename).name}:{frame.lineno} {frame.name}"
