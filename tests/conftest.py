@@ -36,7 +36,9 @@ from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 from memory.model_files import cache_root
 from memory.onnx_embedder import MANIFEST, QUERY_FAILED
+from tests.onnx_steps import steps_made_once
 from tests.pg_databases import MigratedDatabases
+from tests.transport_origins import install as note_transport_origins
 from tests.warm_mnemo import COLD, WarmMnemo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -93,6 +95,7 @@ def seed_exports(source: Path, target: Path) -> None:
 
 
 os.environ["MNEMO_CACHE_DIR"] = run_cache()
+note_transport_origins()  # an unclosed transport's warning names the test that made it
 MNEMO = [sys.executable, "-m", "bots.cli"]
 _WARM: dict[str, WarmMnemo] = {}  # this process's warm processes by kind, made on first use
 _WARM_LOCK = threading.Lock()
@@ -139,7 +142,8 @@ def embedder() -> Embedder:
     starts, makes the export again beside it."""
     with open(Path(os.environ["MNEMO_CACHE_DIR"]) / "export.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        loaded = load_embedder()
+        with steps_made_once():  # an export made here is the run's one (`tests/onnx_steps.py`)
+            loaded = load_embedder()
     assert loaded is not None, "the bundled all-MiniLM-L6-v2 must load"
     return loaded
 

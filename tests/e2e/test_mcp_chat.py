@@ -1,28 +1,53 @@
 """`mnemo chat` with an MCP server configured: the chat runs the server in the background,
-and once it is up the model calls its tool end to end."""
+and once it is up the model calls its tool end to end. The chat is forked from the warm
+`mnemo` and the server from the warm MCP process (`tests/warm_exec.py` stands for it), as
+elsewhere in the suite; MNEMO_TEST_COLD=1 starts both cold."""
 
 from __future__ import annotations
 
+import json
+import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
-from tests.conftest import MNEMO, mnemo_env, write_config
+from tests.conftest import MNEMO, mcp_server_command, mnemo_env, warm, write_config
+from tests.warm_mnemo import COLD
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 90.0
 
 
 def server_table() -> str:
+    command, args = mcp_server_command("stdio")
     return (
-        f'[[mcp.servers]]\nname = "t"\ncommand = "{sys.executable}"\n'
-        'args = ["-m", "core.bench.fakes.mcp_server", "stdio"]\n'
+        f'[[mcp.servers]]\nname = "t"\ncommand = {json.dumps(command)}\n'
+        f"args = {json.dumps(args)}\n"
         f'env = {{ PYTHONPATH = "{REPO}" }}\nchats = ["terminal:*"]\n'
     )
+
+
+def start_chat(config: Path, cwd: Path) -> tuple[Any, IO[str]]:
+    """`mnemo --config CONFIG chat` (stdout a pipe, stderr dropped) and a pipe to its stdin:
+    forked from the warm `mnemo`, or started cold when MNEMO_TEST_COLD is set."""
+    command = [*MNEMO, "--config", str(config), "chat"]
+    if os.environ.get(COLD):
+        cold = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=mnemo_env(), cwd=cwd,
+        )  # fmt: skip
+        assert cold.stdin is not None
+        return cold, cold.stdin
+    read_end, write_end = os.pipe()
+    with open(os.devnull, "wb") as devnull:
+        stdio = (read_end, subprocess.PIPE, devnull.fileno())
+        chat = warm().start_process(command, command[3:], mnemo_env(), cwd, stdio, text=True)
+    os.close(read_end)  # the child has its own copy
+    return chat, open(write_end, "w")  # noqa: SIM115
 
 
 def read_lines(stream: object, into: queue.Queue[str]) -> None:
@@ -49,32 +74,23 @@ def test_mnemo_chat_runs_the_mcp_server_and_the_model_calls_its_tool(
     config.write_text(config.read_text(encoding="utf-8") + server_table(), encoding="utf-8")
     fake_llm.add(FakeReply(tool_calls=[tool_call("t__echo", {"text": "from mcp"}, "c1")]))
     fake_llm.add(FakeReply("echoed"))
-    chat = subprocess.Popen(
-        [*MNEMO, "--config", str(config), "chat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=mnemo_env(),
-        cwd=tmp_path,
-    )
+    chat, stdin = start_chat(config, tmp_path)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=read_lines, args=(chat.stdout, lines), daemon=True).start()
     seen: list[str] = []
-    assert chat.stdin is not None
     try:
         deadline = time.monotonic() + START_S
         up = False
         while not up and time.monotonic() < deadline:
-            chat.stdin.write("/tools\n")
-            chat.stdin.flush()
+            stdin.write("/tools\n")
+            stdin.flush()
             up = wait_for(lines, "MCP t: t__", seen, 2.0)
         assert up, seen
-        chat.stdin.write("say it through the tool\n")
-        chat.stdin.flush()
+        stdin.write("say it through the tool\n")
+        stdin.flush()
         assert wait_for(lines, "echoed", seen, 30), seen
     finally:
-        chat.stdin.close()
+        stdin.close()
         chat.wait(30)
         if chat.stdout is not None:
             chat.stdout.close()

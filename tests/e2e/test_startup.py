@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from core.bench.fakes.fake_openai import FakeOpenAIServer
@@ -12,6 +13,7 @@ from memory.embeddings import Embedder
 from tests.conftest import MNEMO, mnemo_env, write_config
 
 HEAVY = ("torch", "sentence_transformers", "transformers")
+STEPS_MADE_ONCE = [sys.executable, "-m", "tests.onnx_steps"]
 
 
 def test_a_turn_with_the_cache_warm_imports_no_torch(
@@ -47,8 +49,10 @@ def test_a_cold_start_exports_before_serving_and_says_so(
     extra = "[terminal]\nenabled = false\n[reflector]\nenabled = false\n"
     config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data", extra)
     env = {**mnemo_env(), "MNEMO_CACHE_DIR": str(tmp_path / "empty-cache")}
+    # `mnemo run` with the export's steps made once per test run (`tests/onnx_steps.py`): the
+    # first process of the run to need a step makes it for real, this one or test_onnx's.
     process = subprocess.Popen(
-        [*MNEMO, "--config", str(config), "--log-level", "WARNING", "run"],
+        [*STEPS_MADE_ONCE, "--config", str(config), "--log-level", "WARNING", "run"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

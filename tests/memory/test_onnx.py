@@ -5,12 +5,10 @@ fallbacks."""
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
-import os
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from memory.onnx_embedder import (
     open_embedder,
     session_for,
 )
+from tests import onnx_steps
 
 TEXTS = [
     "The user's dog is a golden retriever called Rex",
@@ -68,44 +67,16 @@ def cache_root(
 
 
 @pytest.fixture(scope="module", autouse=True)
-def steps_made_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def steps_made_once() -> Iterator[None]:
     """The export's steps (torch export, fuse, quantise: ~9 CPU-s a query model) run for real
-    the first time a test needs each, here in `test_a_damaged_cache_file_is_exported_again`;
-    the tests after it that remake files get a copy of that step's output for the same input.
-    They test what is remade and when, which the copy keeps; a step a test replaces (a broken
-    fuse, a tampered quantiser) is the test's own and runs each time."""
-    made = tmp_path_factory.mktemp("onnx-steps")
-    export, fuse, quantize = onnx_export.export, onnx_export.fuse, onnx_export.quantize
-
-    def exported_once(st_model: Any, path: Path, attention: str = "") -> None:
-        kept = made / f"export-{id(st_model)}-{attention or 'own'}.onnx"
-        if not kept.is_file():
-            export(st_model, path, attention)
-            shutil.copyfile(path, kept)
-        copy_into_place(kept, path)
-
-    def step_once(step: Callable[..., None], name: str) -> Callable[..., None]:
-        def once(path: Path, target: Path, *args: Any) -> None:
-            kept = made / f"{name}-{hashlib.sha256(path.read_bytes()).hexdigest()}.onnx"
-            if not kept.is_file():
-                step(path, target, *args)
-                shutil.copyfile(target, kept)
-            copy_into_place(kept, target)
-
-        return once
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(onnx_export, "export", exported_once)
-        patch.setattr(onnx_export, "fuse", step_once(fuse, "fuse"))
-        patch.setattr(onnx_export, "quantize", step_once(quantize, "quantize"))
+    once per test run, in whichever process needs each first (here, in
+    `test_a_damaged_cache_file_is_exported_again`, or the cold start of
+    `tests/e2e/test_startup.py`); later calls for the same input get a copy of that step's
+    output (`tests/onnx_steps.py`). The tests test what is remade and when, which the copy
+    keeps; a step a test replaces (a broken fuse, a tampered quantiser) is the test's own and
+    runs each time."""
+    with onnx_steps.steps_made_once():
         yield
-
-
-def copy_into_place(source: Path, target: Path) -> None:
-    """As the steps write their output: whole or not at all (a copy, then a rename)."""
-    partial = target.with_name(target.name + ".copy")
-    shutil.copyfile(source, partial)
-    os.replace(partial, target)
 
 
 def prepared(files: ModelFiles, st_model: Any, precision: str = "int8") -> OnnxEmbedder:
