@@ -12,8 +12,6 @@ from dataclasses import asdict
 from core.api import Chat, ChatDataSection
 from memory.keeper import MemoryKeeper
 from memory.recall import Recaller
-from memory.recall_store import RecallRow
-from memory.sentence_vectors import unpack_units
 from memory.store import Memory
 
 MEMORIES = "memories"
@@ -69,24 +67,12 @@ def forget_memory(keeper: MemoryKeeper, chat: Chat) -> dict[str, int]:
     return {MEMORIES: gone, NOTES: int(notes)}
 
 
-def sentence_count(row: RecallRow) -> int:
-    """How many sentence vectors the message's recall row holds (`memory.sentence_vectors`)."""
-    width = len(row.embedding or b"") // 4
-    rows = unpack_units(row.sentences, width)
-    return 0 if rows is None else len(rows)
-
-
 def export_recall(recaller: Recaller, chat: Chat) -> ChatDataSection:
     """The recall index holds no text of its own (it reads `messages`, exported by the
     core): which messages it covers and which model made their vectors."""
-    rows = recaller.store.rows(chat.id, sentences=True)
+    rows = recaller.store.rows(chat.id)
     records = [
-        {
-            "message_id": row.message_id,
-            "embedded": row.embedding is not None,
-            "sentence_vectors": sentence_count(row),
-        }
-        for row in rows
+        {"message_id": row.message_id, "embedded": row.embedding is not None} for row in rows
     ]
     markdown = f"{len(rows)} messages indexed for recall (their text is in the history)."
     return ChatDataSection("recall", "Recall index", records, markdown)

@@ -1,9 +1,7 @@
 """`Recaller`: the episodic recall of a chat's every stored message, compacted ones included.
 
 It keeps the index current (`catch_up`: after a turn in the background, before a
-compaction in full, before a `conversation_search`; each message's vector and its
-sentences' vectors, `memory.sentences`), fills the sentence vectors of messages indexed
-before they were stored (`fill_sentences`, in the background), answers searches (`search`), and
+compaction in full, before a `conversation_search`), answers searches (`search`), and
 builds the "recalled" section of a request: the best matches that are out of the visible
 window, each with its date, within what the memory section left of the shared budget.
 Messages that carry a forgotten memory (a tombstone of the chat) are never recalled.
@@ -34,8 +32,6 @@ from memory.recall_index import (
     speaker_of,
 )
 from memory.recall_store import RecallRow, RecallStore
-from memory.sentence_vectors import pack_units
-from memory.sentences import extra_units
 from memory.store import Tombstone
 
 logger = logging.getLogger(__name__)
@@ -78,22 +74,6 @@ def pack_vectors(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
     return [np.asarray(vector, dtype=np.float32).tobytes() for vector in vectors]
 
 
-def embedded(
-    embedder: Embedder | None, rows: Sequence[RecallRow], zone: ZoneInfo, whole: bool = True
-) -> tuple[list[bytes | None], list[bytes | None]]:
-    """The rows' vectors (of their ranked text; none unless `whole`) and their packed
-    sentence vectors, from one call of the embedder; all None without an embedder."""
-    if embedder is None:
-        return [None] * len(rows), [None] * len(rows)
-    units = [extra_units(speaker_of(row), row.content) for row in rows]
-    texts = [ranked_text(row, zone) for row in rows] if whole else []
-    asked = texts + [unit for found in units for unit in found]
-    made = embedder.embed(asked) if asked else []
-    sentences: list[bytes | None] = list(pack_units(made[len(texts) :], [len(f) for f in units]))
-    vectors: list[bytes | None] = pack_vectors(made[: len(texts)]) if whole else [None] * len(rows)
-    return vectors, sentences
-
-
 class Recaller:
     def __init__(self, store: RecallStore, sources: RecallSources, zone: ZoneInfo) -> None:
         self.store = store
@@ -114,32 +94,18 @@ class Recaller:
         async with lock:
             while rows := self.store.unindexed(chat_id, BATCH, up_to):
                 embedder = self.sources.embedder()
-                vectors, units = await asyncio.to_thread(embedded, embedder, rows, self.zone)
+                vectors = await asyncio.to_thread(self._vectors, embedder, rows)
                 model = embedder.model_name if embedder is not None else ""
-                self.store.add(chat_id, rows, vectors, model, units)
+                self.store.add(chat_id, rows, vectors, model)
                 done += len(rows)
                 if len(rows) < BATCH:
                     break
         return done
 
-    async def fill_sentences(self, chat_id: int, limit: int | None = None) -> int:
-        """Make and store the sentence vectors of up to `limit` of the chat's messages that
-        were indexed without them (before m0026; `BATCH` by default); return how many
-        messages were done."""
-        embedder = self.sources.embedder()
+    def _vectors(self, embedder: Embedder | None, rows: list[RecallRow]) -> list[bytes | None]:
         if embedder is None:
-            return 0
-        lock = self._locks.setdefault(chat_id, asyncio.Lock())
-        async with lock:
-            rows = self.store.without_sentences(chat_id, limit or BATCH)
-            if not rows:
-                return 0
-            _, units = await asyncio.to_thread(embedded, embedder, rows, self.zone, False)
-            packed = [
-                (row.message_id, value or b"") for row, value in zip(rows, units, strict=True)
-            ]
-            self.store.set_sentences(packed)  # the next search reads them
-        return len(rows)
+            return [None] * len(rows)
+        return pack_vectors(embedder.embed([ranked_text(row, self.zone) for row in rows]))
 
     def catch_up_later(self, chat_id: int) -> None:
         """Have the chat's new messages indexed in the background, by the `RecallService`
@@ -159,8 +125,6 @@ class Recaller:
                 self._queued.discard(chat_id)
                 try:
                     await self.catch_up(chat_id)
-                    if await self.fill_sentences(chat_id) == BATCH:  # more to fill: later
-                        self.catch_up_later(chat_id)
                 except Exception:  # the job's boundary: the chat's next turn tries again
                     logger.exception("indexing chat %s for recall failed", chat_id)
         finally:
@@ -180,7 +144,6 @@ class Recaller:
                 await asyncio.to_thread(load_rows, self.store, chat_id, rows, self.zone)
                 if self.sources.warm is not None:
                     await self.sources.warm(chat_id)
-                self.catch_up_later(chat_id)  # fills its missing sentence vectors, if any
                 warmed += 1
         except Exception:  # a background job's boundary: queries build what they need
             logger.exception("warming the recall indexes up failed")

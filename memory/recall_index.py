@@ -5,9 +5,7 @@ BM25 posting lists (`memory.posting_lists`) over each message's ranked text (its
 speaker and its words) and unit vectors (`memory.vector_cache.ChatVectors`); `search`
 fuses them as `rank_memories` does (`score_fusion`), then runs the same second stage
 (`memory.second_stage`: the query's named speakers, its time intent, the turns next to
-the best hits), and last re-scores the first `SENTENCE_DEPTH` by each message's best
-sentence (`memory.sentence_vectors`: the candidates' sentence vectors read from the store
-at search time, not held).
+the best hits).
 
 A chat's copy is current while its `IndexState` (row count, newest id) is unchanged; new
 rows are appended to the recent segments, anything else (a deletion) rebuilds the copy.
@@ -31,7 +29,6 @@ from memory.query_vector import query_vector
 from memory.recall_store import IndexState, RecallRow, RecallStore
 from memory.retrieval import KEYWORD_WEIGHT, score_fusion
 from memory.second_stage import DEFAULT_STEPS, Stage, leading_speaker, refine
-from memory.sentence_vectors import rescore_by_sentences
 from memory.temporal import date_prefix
 from memory.vector_cache import ChatVectors
 
@@ -41,11 +38,6 @@ DEPTH = 100  # candidates each ranker contributes
 # dev) it raised evidence in the request 0.806 -> 0.821, no conversation lower. Its second
 # embedding is cached, so the memories' ranking in the same turn can reuse it.
 STEPS = DEFAULT_STEPS | {"name-free-query"}
-# The best-sentence re-score of the first `memory.sentences.SENTENCE_DEPTH` (after the
-# filters of the query): on LoCoMo dev it raised cov@10 0.807 -> 0.821 on top of the
-# name-free query vector (docs/notes/locomo-gap.md 9b), and end to end (`mnemo bench
-# recall`) evidence in the request 0.8225 -> 0.8315; its query vector is the plain one.
-SENTENCES = True
 UTC = ZoneInfo("UTC")
 
 
@@ -300,11 +292,4 @@ def search_ids(
     first = _fused(index, query.text, embedder, stage)
     ranking = refine(first, query.text, RecallCandidates(index, zone), stage)
     kept = [(item, score) for item, score in ranking if _kept(index, query, item, zone)]
-    if embedder is not None and SENTENCES and len(kept) > 1:  # the vector `_fused` cached
-        kept = rescore_by_sentences(
-            kept,
-            embedder.embed_query(query.text),
-            index.vectors,
-            lambda ids: store.sentence_vectors(chat_id, ids),
-        )
     return kept[: (12 if query.speaker else 4) * query.limit]

@@ -1,9 +1,8 @@
-"""`RecallStore`: the SQL of the episodic recall index (`message_recall`, migrations m0021
-and m0026), written once for both engines on the `Database` seam.
+"""`RecallStore`: the SQL of the episodic recall index (`message_recall`, migration m0021),
+written once for both engines on the `Database` seam.
 
 The index covers a chat's user and assistant messages with text, compacted ones included;
-the text, speaker and date are read from `messages`, the vectors from `message_recall`:
-the whole text's, and its sentences' packed in one value (`memory.sentence_vectors`).
+the text, speaker and date are read from `messages`, the vectors from `message_recall`.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ class RecallRow:
     content: str
     said_at: str  # the message's stored time, UTC text form
     embedding: bytes | None = None
-    sentences: bytes | None = None  # packed sentence vectors; b"": none needed; None: not made
 
 
 @dataclass(frozen=True)
@@ -45,7 +43,6 @@ _ROLES = "m.role IN ('user', 'assistant') AND m.content <> ''"
 
 def _row(row: Sequence[Any], with_vector: bool) -> RecallRow:
     blob = row[5] if with_vector else None
-    packed = row[6] if with_vector else None
     return RecallRow(
         int(row[0]),
         str(row[1]),
@@ -53,7 +50,6 @@ def _row(row: Sequence[Any], with_vector: bool) -> RecallRow:
         str(row[3]),
         str(row[4]),
         bytes(blob) if blob is not None else None,
-        bytes(packed) if packed is not None else None,
     )
 
 
@@ -80,68 +76,27 @@ class RecallStore:
         return [_row(row, False) for row in rows]
 
     def add(
-        self,
-        chat_id: int,
-        rows: Sequence[RecallRow],
-        vectors: Sequence[bytes | None],
-        model: str,
-        sentences: Sequence[bytes | None] | None = None,
+        self, chat_id: int, rows: Sequence[RecallRow], vectors: Sequence[bytes | None], model: str
     ) -> None:
-        """Index `rows` with their vectors (None: no vector) and packed sentence vectors
-        (None: not made); a row already there is kept."""
-        packed = sentences if sentences is not None else [None] * len(rows)
+        """Index `rows` with their vectors (None: no vector); a row already there is kept."""
         self.db.write_many(
-            "INSERT INTO message_recall (message_id, chat_id, embedding, model, sentence_vectors)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
+            "INSERT INTO message_recall (message_id, chat_id, embedding, model)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO NOTHING",
             [
-                (row.message_id, chat_id, vector, model if vector is not None else "", units)
-                for row, vector, units in zip(rows, vectors, packed, strict=True)
+                (row.message_id, chat_id, vector, model if vector is not None else "")
+                for row, vector in zip(rows, vectors, strict=True)
             ],
         )
 
-    def without_sentences(self, chat_id: int, limit: int) -> list[RecallRow]:
-        """The chat's indexed messages with a vector whose sentence vectors were never made
-        (indexed before m0026), oldest first, without vectors."""
+    def rows(self, chat_id: int, after_id: int = 0) -> list[RecallRow]:
+        """The chat's indexed messages newer than `after_id`, with their vectors, oldest first."""
         rows = self.db.read(
-            f"SELECT {_ROW} FROM message_recall r JOIN messages m ON m.id = r.message_id"
-            " WHERE r.chat_id = ? AND r.embedding IS NOT NULL AND r.sentence_vectors IS NULL"
-            " ORDER BY r.message_id LIMIT ?",
-            (chat_id, limit),
-        )
-        return [_row(row, False) for row in rows]
-
-    def set_sentences(self, packed: Sequence[tuple[int, bytes]]) -> None:
-        """Store the packed sentence vectors of these (message id, value) pairs."""
-        self.db.write_many(
-            "UPDATE message_recall SET sentence_vectors = ? WHERE message_id = ?",
-            [(value, message_id) for message_id, value in packed],
-        )
-
-    def rows(self, chat_id: int, after_id: int = 0, sentences: bool = False) -> list[RecallRow]:
-        """The chat's indexed messages newer than `after_id`, with their vectors (and their
-        packed sentence vectors if `sentences`; a search reads those of its candidates
-        alone, `sentence_vectors`), oldest first."""
-        packed = "r.sentence_vectors" if sentences else "NULL"
-        rows = self.db.read(
-            f"SELECT {_ROW}, r.embedding, {packed} FROM message_recall r JOIN messages m"
+            f"SELECT {_ROW}, r.embedding FROM message_recall r JOIN messages m"
             " ON m.id = r.message_id WHERE r.chat_id = ? AND r.message_id > ?"
             " ORDER BY r.message_id",
             (chat_id, after_id),
         )
         return [_row(row, True) for row in rows]
-
-    def sentence_vectors(self, chat_id: int, message_ids: Sequence[int]) -> dict[int, bytes | None]:
-        """The packed sentence vectors of these indexed messages of the chat (None: not made
-        yet; b"": none needed), in one statement; ids not indexed in the chat are absent."""
-        if not message_ids:
-            return {}
-        in_ids, params = self.db.dialect.in_values("message_id", [int(i) for i in message_ids])
-        rows = self.db.read(
-            "SELECT message_id, sentence_vectors FROM message_recall"
-            f" WHERE chat_id = ? AND {in_ids}",
-            (chat_id, *params),
-        )
-        return {int(row[0]): bytes(row[1]) if row[1] is not None else None for row in rows}
 
     def by_ids(self, chat_id: int, message_ids: Sequence[int]) -> list[RecallRow]:
         """These messages of the chat (indexed or not, without vectors), oldest first."""

@@ -207,15 +207,6 @@ class ChatVectors:
         found = dict(zip(ids.tolist(), sims.astype(float).tolist(), strict=True))
         return nearest, {memory_id: found[memory_id] for memory_id in also if memory_id in found}
 
-    def similarity(self, query: Any, ids: Sequence[int]) -> dict[int, float]:
-        """The unit `query`'s cosine with each of `ids` that has a live vector, no scan
-        (the recall index's best-sentence re-score, `memory.sentence_vectors`)."""
-        places = self._places(ids)
-        sims = self.base[places].astype(np.float32) @ query if len(places) else []
-        found = dict(zip(self.base_ids[places].tolist(), sims, strict=True))
-        found.update({i: self.recent[i] @ query for i in ids if i in self.recent})
-        return {i: float(sim) for i, sim in found.items()}
-
     def _places(self, memory_ids: Sequence[int]) -> Any:
         """Base positions of the live ones among `memory_ids` that are not recent ones."""
         if not len(memory_ids) or not len(self.base_ids):

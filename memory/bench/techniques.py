@@ -7,9 +7,8 @@
   (`memory.second_stage.STEPS`), passed to `rank_memories` as its `Stage`;
 - experimental steps (`focus`, `feedback`, `entities`, `sessions`, `cooccur`,
   `term-feedback`, `sentences`) re-score the product's ranking in the bench only: measured,
-  they did not hold, so the product does not run them (docs/notes/locomo-gap.md); except
-  `sentences` (`memory.sentences`), which holds for turns: the recall index of messages
-  runs it, with vectors stored per message.
+  they did not hold (`sentences`: for turns only, and it needs a vector per sentence), so
+  the product does not run them (docs/notes/locomo-gap.md).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from memory import expansion, sentences
+from memory import expansion
 from memory.bench import trial_steps
 from memory.embeddings import Embedder
 from memory.second_stage import DEFAULT_STEPS, STEPS
@@ -83,10 +82,10 @@ class Candidates:
         return {i: float(self.vectors[i] @ centroid) for i in ids if i in self.vectors}
 
     def embed_sentences(self, embedder: Embedder) -> None:
-        """Embed every item's `memory.sentences.sentences` (unit rows), for the `sentences` step."""
+        """Embed every item's `trial_steps.sentences` (unit rows), for the `sentences` step."""
         import numpy
 
-        units = {item: sentences.sentences(text) for item, text in self.texts.items()}
+        units = {item: trial_steps.sentences(text) for item, text in self.texts.items()}
         texts = [unit for found in units.values() for unit in found]
         rows = numpy.asarray(embedder.embed(texts), dtype=numpy.float32).reshape(len(texts), -1)
         rows /= numpy.maximum(numpy.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
@@ -117,7 +116,7 @@ class Refiner:
         on, known = self.techniques, self.candidates
         if "sentences" in on and self.embedder is not None:
             vector = self.embedder.embed_query(query)
-            ranking = sentences.sentence_rescore(
+            ranking = trial_steps.sentence_rescore(
                 ranking, lambda ids: known.best_sentence(vector, ids)
             )
         if "focus" in on:

@@ -3,18 +3,20 @@
 
 - `session_diverse`: at most a few items of one session in the first places;
 - `expansion_terms` + `term_boost`: words that co-occur with the query's in the chat
-  raise (and pull in) the items holding them.
-
-The `sentences` step (the best sentence re-score) moved into the product:
-`memory.sentences`, run by the recall index of messages.
+  raise (and pull in) the items holding them;
+- `sentences` + `sentence_rescore`: the query's similarity to an item's best sentence
+  re-scores the first 50 (turns up on every conversation, but it needs a vector per
+  sentence, which the product does not store).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 from memory.expansion import Ranking, ordered
+from memory.second_stage import leading_speaker
 from memory.terms import STOP_WORDS
 
 
@@ -88,3 +90,53 @@ def term_boost(
     for item, count in held.items():
         scores[item] = scores.get(item, 0.0) + share * best * count / len(terms)
     return ordered(scores)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_PHOTO = re.compile(r"\s*\[shares a photo: (.*)\]\s*$")
+MIN_SENTENCE_WORDS = 3  # shorter sentences ("Wow!", "Thanks.") say nothing alone
+SENTENCE_WEIGHT = 0.25
+SENTENCE_DEPTH = 50
+
+
+def sentences(text: str) -> list[str]:
+    """What `sentence_rescore` compares a query with: the whole text (as said, without a
+    date in front), then each sentence of at least `MIN_SENTENCE_WORDS` words and a shared
+    photo's caption (`… [shares a photo: CAPTION]`), each with the speaker in front."""
+    name = leading_speaker(text)
+    speaker = f"{name}: " if name else ""
+    said = text[len(speaker) :]
+    photo = _PHOTO.search(said)
+    body = _PHOTO.sub("", said)
+    parts = [part for part in _SENTENCE_END.split(body) if len(part.split()) >= MIN_SENTENCE_WORDS]
+    units = [text] + [speaker + part for part in parts]
+    if photo is not None:
+        units.append(f"{speaker.rstrip(': ')} shares a photo: {photo.group(1)}".strip())
+    return list(dict.fromkeys(units))
+
+
+def sentence_rescore(
+    ranking: Sequence[tuple[int, float]],
+    best_similarity: Callable[[Sequence[int]], Mapping[int, float]],
+    *,
+    weight: float = SENTENCE_WEIGHT,
+    depth: int = SENTENCE_DEPTH,
+) -> Ranking:
+    """The first `depth` items re-ordered by `(1 - weight)` of their min-max scaled score
+    plus `weight` of their min-max scaled `best_similarity` (the query's cosine with the
+    item's best sentence); the rest follow in their order at score 0. No item is added."""
+    head, tail = list(ranking[:depth]), list(ranking[depth:])
+    similar = best_similarity([item for item, _ in head])
+    if len(head) < 2 or not similar:
+        return list(ranking)
+    scores = _scaled(dict(head))
+    closeness = _scaled({item: similar.get(item, min(similar.values())) for item, _ in head})
+    mixed = {item: (1 - weight) * scores[item] + weight * closeness[item] for item in scores}
+    return ordered(mixed) + [(item, 0.0) for item, _ in tail]
+
+
+def _scaled(values: Mapping[int, float]) -> dict[int, float]:
+    """Min-max scaled to 0..1 (all 0 when every value is the same)."""
+    low, high = min(values.values()), max(values.values())
+    span = high - low
+    return {item: (value - low) / span if span > 0 else 0.0 for item, value in values.items()}

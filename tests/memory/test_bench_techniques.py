@@ -8,7 +8,7 @@ from pathlib import Path
 
 from memory.bench.locomo import run_locomo, turn_items
 from memory.bench.techniques import DEFAULT, PRODUCT_STEPS, Candidates, Refiner, ranked_text
-from memory.sentences import extra_units, sentence_rescore, sentences
+from memory.bench.trial_steps import sentence_rescore, sentences
 
 SAMPLE = {
     "sample_id": "tiny",
@@ -96,17 +96,6 @@ def test_sentences_split_a_turn_and_its_photo_keeping_the_speaker() -> None:
         "Ann shares a photo: a tent by a lake",
     ]
     assert sentences("Ann likes pottery.") == ["Ann likes pottery."]
-
-
-def test_extra_units_only_for_a_message_of_two_or_more() -> None:
-    assert extra_units("Ann", "I went camping. It was great fun!") == [
-        "Ann: I went camping.",
-        "Ann: It was great fun!",
-    ]
-    assert extra_units("Ann", "I went camping. Wow.") == []  # one unit: the whole text
-    assert extra_units("Ann", "I like pottery.") == []
-    many = " ".join(f"Sentence number {n} here." for n in range(20))
-    assert len(extra_units("Ann", many)) == 8  # capped at MAX_UNITS
 
 
 def test_sentence_rescore_reorders_the_first_depth_only() -> None:

@@ -303,6 +303,6 @@ def test_m0025_fills_the_stored_text_vector_of_existing_memories(fresh_postgres_
     storage = postgres_storage(old)
     a = session_store_of(storage).get_or_create_chat("test", "a").id
     kept = memory_store_of(storage).add(a, "rowed a kayak on the fjord", "EVENT", source="t")
-    assert old.migrate(upto=25) == ["m0025_memory_text_search"]
+    assert old.migrate() == ["m0025_memory_text_search"]
     assert [m.id for m in memory_store_of(storage).matching(a, "kayaks", 5)] == [kept]
     storage.close()
