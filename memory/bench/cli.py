@@ -316,7 +316,6 @@ def _bench_memory_on(
     reopen: Callable[[], Storage] | None = None,
 ) -> None:
     from memory.bench.restart import restart_figures, vector_recall
-    from memory.bench.serving_memory import SERVED_QUERIES, serving_memory
     from memory.stores import memory_store
 
     rng = random.Random(7)
@@ -346,12 +345,7 @@ def _bench_memory_on(
         asked = [synthetic_query(rng) for _ in range(queries)]
         results.update(restart_figures(reopen, embedder, chat_id, asked, memories))
     if options.url is not None:
-        served = random.Random(11)  # its own queries: the later figures' stay as they were
-        asked = [synthetic_query(served) for _ in range(SERVED_QUERIES)]
-        precision = options.query_precision
-        results["(a serving process: memory use)"] = serving_memory(
-            options.url, chat_id, precision, asked
-        )
+        results["(a serving process: memory use)"] = _serving(options.url, chat_id, options)
     if embedder is not None and memories.vectors_unavailable() is None:
         asked = [synthetic_query(rng) for _ in range(min(queries, 100))]
         results["(vectors: recall@10 against exact)"] = vector_recall(
@@ -362,6 +356,15 @@ def _bench_memory_on(
     _print_memory_bench(
         count, queries, ingest_s, precision, gap, results, as_json, storage.describe()
     )
+
+
+def _serving(url: str, chat_id: int, options: MemoryBenchOptions) -> dict[str, float]:
+    """A serving process's memory use, on queries of its own (the later figures' stay)."""
+    from memory.bench.serving_memory import SERVED_QUERIES, serving_memory
+
+    served = random.Random(11)
+    asked = [synthetic_query(served) for _ in range(SERVED_QUERIES)]
+    return serving_memory(url, chat_id, options.query_precision, asked)
 
 
 def _side_figures(
