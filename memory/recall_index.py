@@ -129,7 +129,7 @@ class ChatRecall:
 
 def _fits(index: ChatRecall, rows: Sequence[RecallRow]) -> bool:
     """Whether the rows' vectors have the size of those held (no model change between)."""
-    width = index.vectors.width(index.vectors.recent) * 4
+    width = index.vectors.width() * 4
     return not width or all(row.embedding is None or len(row.embedding) == width for row in rows)
 
 
@@ -236,7 +236,7 @@ def _fused(
     if embedder is not None and len(index.vectors):
         named = "name-free-query" in stage.steps
         vector = query_vector(embedder, query) if named else embedder.embed_query(query)
-        if len(vector) == index.vectors.width(index.vectors.recent):  # same model
+        if len(vector) == index.vectors.width():  # same model
             nearest, hits = index.vectors.search(vector, DEPTH, list(keyword))
             semantic = dict(nearest) | hits
     return ordered(score_fusion(semantic, keyword, KEYWORD_WEIGHT))

@@ -69,12 +69,8 @@ def calibrate(
     return calibration
 
 
-def usual_ratio(store: SessionStore, config: Config, model: str) -> float:
-    """The model's calibrated ratio when plausible, else the configured one."""
-    return _plausible_ratio(store.load_calibration(model), config)
-
-
 def _plausible_ratio(calibration: Calibration | None, config: Config) -> float:
+    """The model's calibrated ratio when plausible, else the configured one."""
     low, high = PLAUSIBLE_RATIOS
     if calibration and low <= calibration.chars_per_token <= high:
         return calibration.chars_per_token

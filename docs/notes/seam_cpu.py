@@ -609,11 +609,7 @@ def drive_memory(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, 
             if firsts:  # per round: the median of its fresh processes' single queries
                 figures[FIRST] = {key: statistics.median(f[key] for f in firsts)
                                   for key in firsts[0]}  # fmt: skip
-            rounds_seen[name] = rounds_seen.get(name, 0) + 1
-            if args.progress:
-                with Path(args.progress).open("a") as out:
-                    line = {"round": rounds_seen[name], "tree": name, "figures": figures}
-                    out.write(json.dumps(line) + "\n")
+            _progress(args, rounds_seen, name, figures)
             return figures
 
         results = _rounds(trees, args.rounds, run)
@@ -629,6 +625,17 @@ def _vacuum_analyze(urls: list[str]) -> None:
     for url in urls:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")
+
+
+def _progress(
+    args: argparse.Namespace, rounds_seen: dict[str, int], name: str, figures: dict[str, Any]
+) -> None:
+    """Count the round of tree `name`; with `--progress`, append its figures as a JSON line."""
+    rounds_seen[name] = rounds_seen.get(name, 0) + 1
+    if args.progress:
+        with Path(args.progress).open("a") as out:
+            line = {"round": rounds_seen[name], "tree": name, "figures": figures}
+            out.write(json.dumps(line) + "\n")
 
 
 SCALE_KEYS = [
@@ -661,11 +668,7 @@ def drive_scale(args: argparse.Namespace, trees: dict[str, Path]) -> dict[str, A
                     "--processes", str(processes), "--chats", str(args.chats),
                     "--messages", str(args.messages), "--delay", str(args.delay),
                 )  # fmt: skip
-            rounds_seen[name] = rounds_seen.get(name, 0) + 1
-            if args.progress:
-                with Path(args.progress).open("a") as out:
-                    line = {"round": rounds_seen[name], "tree": name, "figures": figures}
-                    out.write(json.dumps(line) + "\n")
+            _progress(args, rounds_seen, name, figures)
             return figures
 
         results = _rounds(trees, args.rounds, run)

@@ -19,9 +19,14 @@ RESTARTS = 3
 
 def rss_mb() -> float:
     """The process's resident memory now (Linux), in MB; 0 where it cannot be read."""
+    return status_mb("VmRSS")
+
+
+def status_mb(field: str) -> float:
+    """`field` of /proc/self/status (Linux: VmRSS, VmHWM ...) in MB; 0 where it cannot be read."""
     try:
         for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass

@@ -18,26 +18,15 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 SERVED_QUERIES = 20
-
-
-def _status_mb(field: str) -> float:
-    """`field` of /proc/self/status (Linux) in MB; 0 where it cannot be read."""
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
-            if line.startswith(f"{field}:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return 0.0
 
 
 def serve(url: str, chat_id: int, precision: str, queries: list[str]) -> dict[str, float]:
     """Open `url`, make chat `chat_id` ready, rank `queries`; the memory use at each step."""
     from core.config import StorageConfig
     from core.storage.engine import open_storage
+    from memory.bench.restart import status_mb
     from memory.embeddings import load_embedder
     from memory.retrieval import rank_memories
     from memory.stores import memory_store
@@ -47,7 +36,7 @@ def serve(url: str, chat_id: int, precision: str, queries: list[str]) -> dict[st
     embedder = load_embedder("", precision)
     storage = open_storage(StorageConfig(url=url))
     try:
-        start = _status_mb("VmRSS")
+        start = status_mb("VmRSS")
         store = memory_store(storage, embedder)
         asyncio.run(warm_memories(store, chat_id))
         for query in queries:
@@ -56,8 +45,8 @@ def serve(url: str, chat_id: int, precision: str, queries: list[str]) -> dict[st
             vectors_loaded(chat_vectors(store, chat_id))  # PostgreSQL's block read after
         return {
             "start_rss_mb": start,
-            "rss_mb": _status_mb("VmRSS"),
-            "peak_rss_mb": _status_mb("VmHWM"),
+            "rss_mb": status_mb("VmRSS"),
+            "peak_rss_mb": status_mb("VmHWM"),
         }
     finally:
         storage.close()
