@@ -70,6 +70,7 @@ async def wire(
             await asyncio.sleep(0.02)
         assert channel.client.get_guild(api.world.guild_id) is not None, running
         yield Wire(api, runtime, channel)
+        await runtime.dispatcher.stop()  # as `mnemo run` does: turns finish their sends first
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
         runtime.close()

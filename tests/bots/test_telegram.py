@@ -60,7 +60,8 @@ async def running(runtime: Runtime, tg: FakeTelegramServer) -> AsyncIterator[Tel
             task.result()
         yield channel
     finally:
-        task.cancel()
+        await runtime.dispatcher.stop()  # as `mnemo run` does: turns finish their sends,
+        task.cancel()  # then the channel closes its client
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

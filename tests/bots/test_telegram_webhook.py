@@ -45,7 +45,8 @@ async def serving(runtime: Runtime, tg: FakeTelegramServer) -> AsyncIterator[Tel
             task.result()
         yield channel
     finally:
-        task.cancel()
+        await runtime.dispatcher.stop()  # as `mnemo run` does: turns finish their sends,
+        task.cancel()  # then the channel closes its client
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
