@@ -62,7 +62,7 @@ def test_the_hamming_cut_takes_exactly_the_nearest_codes() -> None:
     assert distance[0] == int(np.unpackbits(np.packbits(matrix[0] > 0) ^ query_signs).sum())
     reference = np.sort(distance)
     for count in (1, 200, 777, 4999, 5000, 6000):
-        chosen = nearest_codes(distance, count, 128)
+        chosen = nearest_codes(distance, count)
         assert len(chosen) == min(count, 5000) and len(set(chosen.tolist())) == len(chosen)
         assert np.array_equal(np.sort(distance[chosen]), reference[: len(chosen)])
         assert np.all(np.diff(chosen) > 0)  # in position order
