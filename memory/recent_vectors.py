@@ -61,8 +61,8 @@ class RecentVectors(Mapping[int, Any]):
         """These vectors with the rows of `gone` masked and `ids` (`matrix`) appended."""
         alive = np.ones(self.count, bool) if self.alive is None else self.alive.copy()
         if gone and self.block is not None and self.count:
-            asked = np.fromiter(gone, np.int64, len(gone))
-            alive &= ~np.isin(self.block.ids[: self.count], asked)
+            asked = np.sort(np.fromiter(gone, np.int64, len(gone)))
+            alive &= ~_among(self.block.ids[: self.count], asked)
         if not len(ids):
             return RecentVectors(self.block, self.count, alive, int(alive.sum()))
         if self.block is not None and self.block.claim(self.count, ids, matrix):
@@ -82,6 +82,15 @@ class RecentVectors(Mapping[int, Any]):
             return np.zeros(0, np.int64)
         ids = self.block.ids[: self.count]
         return ids if self.alive is None else ids[self.alive]
+
+    def holds(self, memory_ids: Any) -> Any:
+        """Whether each of `memory_ids` (numpy int64) is a live recent vector (`np.isin`
+        without its overheads: the live ids are sorted once per version)."""
+        return _among(memory_ids, self._sorted_ids)
+
+    @cached_property
+    def _sorted_ids(self) -> Any:
+        return np.sort(self.live_ids())
 
     def rows(self) -> tuple[Any, Any]:
         """(ids, float32 rows) of the live vectors, in the order they came (copies)."""
@@ -122,3 +131,12 @@ class RecentVectors(Mapping[int, Any]):
 
     def __len__(self) -> int:
         return self.live
+
+
+def _among(values: Any, sorted_ids: Any) -> Any:
+    """Whether each of `values` is in `sorted_ids` (ascending): `np.isin` for a small
+    sorted side, by binary search."""
+    if not len(sorted_ids):
+        return np.zeros(len(values), bool)
+    at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+    return np.asarray(sorted_ids[at] == values)

@@ -62,10 +62,35 @@ def test_the_hamming_cut_takes_exactly_the_nearest_codes() -> None:
     assert distance[0] == int(np.unpackbits(np.packbits(matrix[0] > 0) ^ query_signs).sum())
     reference = np.sort(distance)
     for count in (1, 200, 777, 4999, 5000, 6000):
-        chosen = nearest_codes(distance, count, 128)
+        chosen = nearest_codes(distance, count)
         assert len(chosen) == min(count, 5000) and len(set(chosen.tolist())) == len(chosen)
         assert np.array_equal(np.sort(distance[chosen]), reference[: len(chosen)])
         assert np.all(np.diff(chosen) > 0)  # in position order
+
+
+def _counted_cut(distance: np.ndarray, count: int, bits: int) -> np.ndarray:
+    """The cut as it was made before: a count of every distance, the ties' first ones."""
+    cut = int(np.searchsorted(np.cumsum(np.bincount(distance, minlength=bits + 2)), count))
+    inside = np.flatnonzero(distance < cut)
+    at_cut = np.flatnonzero(distance == cut)[: count - len(inside)]
+    return np.sort(np.concatenate([inside, at_cut]))
+
+
+def test_the_hamming_cut_is_the_counted_one_ties_and_masks_included() -> None:
+    """`nearest_codes` guesses a bound from a sample; whatever the guess, the positions are
+    the counted cut's: the same ties kept at the cut, masked rows (past every real
+    distance) last, a guess that falls short (most distances equal) made up for."""
+    rng = np.random.default_rng(5)
+    spread = np.clip(rng.normal(150, 25, 90_000), 0, 384).astype(np.uint16)
+    ties = rng.integers(100, 104, 90_000).astype(np.uint16)  # four values: ties everywhere
+    masked = spread.copy()
+    masked[rng.random(90_000) < 0.3] = 385
+    short = np.full(90_000, 200, np.uint16)
+    short[: 64 * 40 : 64] = 7  # near ones only where the sample looks: the guess falls short
+    for distance in (spread, ties, masked, short):
+        for count in (0, 1, 200, 280, 1_000, 89_999):
+            chosen = nearest_codes(distance, count)
+            assert np.array_equal(chosen, _counted_cut(distance, count, 384))
 
 
 def test_masked_codes_are_never_candidates() -> None:
