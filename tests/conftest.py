@@ -36,6 +36,7 @@ from core.storage.engine import Storage, open_storage
 from memory.embeddings import Embedder, load_embedder
 from memory.model_files import cache_root
 from memory.onnx_embedder import MANIFEST, QUERY_FAILED
+from tests.collection_share import import_from_own_share
 from tests.onnx_steps import steps_made_once
 from tests.pg_databases import MigratedDatabases
 from tests.transport_origins import install as note_transport_origins
@@ -100,6 +101,12 @@ MNEMO = [sys.executable, "-m", "bots.cli"]
 _WARM: dict[str, WarmMnemo] = {}  # this process's warm processes by kind, made on first use
 _WARM_LOCK = threading.Lock()
 MCP_START_S = 60.0  # the HTTP test server's start, on a busy machine
+
+
+def pytest_collection(session: pytest.Session) -> None:
+    """On xdist workers, before collecting: import the test modules from this worker's share
+    on, so that in a fresh clone each module is compiled once, not once per worker."""
+    import_from_own_share(session.config)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which it mends
