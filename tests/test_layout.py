@@ -48,11 +48,20 @@ def tree_of(path: Path) -> ast.Module:
     return parsed(path.read_text(encoding="utf-8"))
 
 
+@functools.cache
+def walked(source: str) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree in `ast.walk`'s order, walked once for all the rules."""
+    return tuple(ast.walk(parsed(source)))
+
+
+def nodes_of(path: Path) -> tuple[ast.AST, ...]:
+    return walked(path.read_text(encoding="utf-8"))
+
+
 def imported_modules(path: Path) -> set[str]:
     """Top-level names of what a module imports (anywhere in it, TYPE_CHECKING too)."""
-    tree = tree_of(path)
     names: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes_of(path):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -72,7 +81,7 @@ def import_graph() -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, path in known.items():
-        for node in ast.walk(tree_of(path)):
+        for node in nodes_of(path):
             if isinstance(node, ast.Import):
                 targets = [resolve(alias.name) for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -159,7 +168,7 @@ def test_the_turn_api_is_a_leaf() -> None:
 def test_only_the_assembly_builds_an_agent() -> None:
     builders = []
     for name, path in modules().items():
-        for node in ast.walk(tree_of(path)):
+        for node in nodes_of(path):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Agent":
                 builders.append(name)
     assert builders == ["core.turn.assembly"]
@@ -213,7 +222,7 @@ def engine_names_in(path: Path) -> Iterator[str]:
     def names_engine(module: str) -> bool:
         return module.split(".")[0] in ENGINE_IMPORTS or module in ENGINE_CONNECTIONS
 
-    for node in ast.walk(tree_of(path)):
+    for node in nodes_of(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if names_engine(alias.name):
@@ -237,16 +246,16 @@ CONNECTION_NAMES = ("conn", "connection", "db", "cursor", "cur", "pg")
 
 def sql_in(path: Path) -> Iterator[str]:
     """SQL-looking string literals (f-string parts too) and `.execute` calls, docstrings aside."""
-    tree = tree_of(path)
+    walk = nodes_of(path)
     docstrings = {
         id(node.body[0].value)
-        for node in ast.walk(tree)
+        for node in walk
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
         and node.body
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
-    for node in sorted(ast.walk(tree), key=lambda node: getattr(node, "lineno", 0)):
+    for node in sorted(walk, key=lambda node: getattr(node, "lineno", 0)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if id(node) not in docstrings and SQL.search(node.value):
                 yield f"line {node.lineno}: {node.value[:60]!r}"
@@ -319,15 +328,13 @@ def exception_classes_outside_the_tree() -> list[str]:
     """Exception classes of product modules that do not descend from `core/errors.py`'s
     tree (the test harnesses under `core/bench/fakes/` aside: their failures are not Mnemo's)."""
     in_tree = {
-        node.name
-        for node in ast.walk(tree_of(REPO / "core/errors.py"))
-        if isinstance(node, ast.ClassDef)
+        node.name for node in nodes_of(REPO / "core/errors.py") if isinstance(node, ast.ClassDef)
     }
     classes: list[tuple[str, set[str]]] = []
     for name, path in modules().items():
         if name == "core.errors" or name.startswith("core.bench.fakes"):
             continue
-        for node in ast.walk(tree_of(path)):
+        for node in nodes_of(path):
             if isinstance(node, ast.ClassDef):
                 bases = {getattr(b, "id", None) or getattr(b, "attr", "") for b in node.bases}
                 classes.append((f"{name}.{node.name}", bases))
@@ -360,7 +367,7 @@ def test_no_function_is_over_fifty_lines() -> None:
     long = [
         f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
         for name, path in modules().items()
-        for node in ast.walk(tree_of(path))
+        for node in nodes_of(path)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.end_lineno is not None
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES

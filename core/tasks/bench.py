@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from core.bench.chaos import launch_mnemo, terminate
+from core.bench.chaos import Launcher, launch_mnemo, terminate
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.bench.fakes.fake_telegram import FakeTelegramServer
 from core.bench.scale import postgres_databases
@@ -99,8 +99,11 @@ def wait_running(logs: list[Path], timeout: float) -> None:
     raise click.ClickException(f"the bot processes did not start within {timeout:.0f} s")
 
 
-def run_fleet(engine: str, processes: int, url: str, setup: dict[str, Any]) -> dict[str, Any]:
-    """One engine's run: its figures."""
+def run_fleet(
+    engine: str, processes: int, url: str, setup: dict[str, Any], launch: Launcher = launch_mnemo
+) -> dict[str, Any]:
+    """One engine's run: its figures. `launch` starts each `mnemo run` (the tests fork theirs
+    from a warm process: the start is not what they check)."""
     with (
         tempfile.TemporaryDirectory(prefix="mnemo-bench-tasks-") as tmp,
         FakeOpenAIServer() as llm,
@@ -117,7 +120,7 @@ def run_fleet(engine: str, processes: int, url: str, setup: dict[str, Any]) -> d
         for number in range(processes):
             config = write_config(work / f"bot{number}.toml", llm.base_url, data, extra)
             logs.append(work / f"bot{number}.log")
-            bots.append(launch_mnemo(config, "run", logs[-1], work))
+            bots.append(launch(config, "run", logs[-1], work))
         try:
             wait_running(logs, START_TIMEOUT_S)
             last_due = seed_tasks(url, data, setup["tasks"], setup["spread_s"], chats)

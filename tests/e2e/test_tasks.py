@@ -21,7 +21,7 @@ from core.storage.engine import open_storage
 from core.tasks.bench import run_fleet
 from core.tasks.task_store import ScheduledTask, TaskStore
 from tests.bots.test_durability import ConfirmingTelegram
-from tests.conftest import start_mnemo, write_config
+from tests.conftest import launch_mnemo, start_mnemo, write_config
 
 CHAT = 301
 REMINDER = "⏰ Reminder: stretch your legs"
@@ -139,6 +139,6 @@ def due_at(tmp_path: Path) -> float:
 
 def test_two_processes_on_one_postgresql_fire_each_task_once(fresh_postgres_url: str) -> None:
     setup = {"tasks": 40, "spread_s": 4.0, "chats": 8, "timeout_s": 60.0}
-    result = run_fleet("postgresql", 2, fresh_postgres_url, setup)
+    result = run_fleet("postgresql", 2, fresh_postgres_url, setup, launch=launch_mnemo)
     assert (result["delivered"], result["duplicates"]) == (40, 0)
     assert result["lateness_p95_s"] < 2.0

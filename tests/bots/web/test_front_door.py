@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from bots.web.service import WebService
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import Config
 from tests.bots.web.conftest import TOKEN
-from tests.conftest import MNEMO, mnemo_env, write_config
+from tests.conftest import mnemo_env, run_cli, write_config
 
 
 class Clock:
@@ -118,13 +117,8 @@ def test_a_short_token_stops_the_start_with_one_line(
     tmp_path: Path, fake_llm: FakeOpenAIServer
 ) -> None:
     config = write_config(tmp_path / "config.toml", fake_llm.base_url, tmp_path / "data")
-    result = subprocess.run(
-        [*MNEMO, "--config", str(config), "web", "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**mnemo_env(), "MNEMO_WEB_TOKEN": "a"},
-    )
+    env = {**mnemo_env(), "MNEMO_WEB_TOKEN": "a"}
+    result = run_cli(["--config", str(config), "web", "--port", "0"], env, tmp_path, timeout=60)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "MNEMO_WEB_TOKEN" in result.stderr and "at least 24 characters" in result.stderr
 
