@@ -40,7 +40,7 @@ from tests.collection_share import import_from_own_share
 from tests.onnx_steps import steps_made_once
 from tests.pg_databases import MigratedDatabases
 from tests.transport_origins import install as note_transport_origins
-from tests.warm_mnemo import COLD, SharedWarmMnemo, WarmMnemo
+from tests.warm_mnemo import COLD, WarmMnemo
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,27 +99,8 @@ os.environ["MNEMO_CACHE_DIR"] = run_cache()
 note_transport_origins()  # an unclosed transport's warning names the test that made it
 MNEMO = [sys.executable, "-m", "bots.cli"]
 _WARM: dict[str, WarmMnemo] = {}  # this process's warm processes by kind, made on first use
-# Where xdist's controller started the warm processes its workers share (inherited).
-SHARED_WARM = "MNEMO_TEST_SHARED_WARM"
-WARM_KINDS = ("mnemo", "mcp")
 _WARM_LOCK = threading.Lock()
 MCP_START_S = 60.0  # the HTTP test server's start, on a busy machine
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """On xdist's controller: launch the warm processes (`tests/warm_mnemo.py`) every worker
-    forks its commands from, one of each kind for the run (~3 CPU-s of imports a worker
-    saved); they start while the workers collect, and stop when the controller ends."""
-    workers = getattr(config.option, "numprocesses", None)
-    if "PYTEST_XDIST_WORKER" in os.environ or not workers or os.environ.get(COLD):
-        return
-    folder = Path(os.environ["MNEMO_CACHE_DIR"]) / "warm"
-    folder.mkdir(exist_ok=True)
-    for kind in WARM_KINDS:
-        _WARM[kind] = WarmMnemo(REPO, mnemo_env(), kind, folder)
-        _WARM[kind].launch()
-        atexit.register(_WARM[kind].stop)
-    os.environ[SHARED_WARM] = str(folder)
 
 
 def pytest_collection(session: pytest.Session) -> None:
@@ -354,9 +335,7 @@ def run_cli(
 def warm(kind: str = "mnemo") -> WarmMnemo:
     """This process's warm `mnemo` (or, `kind` "mcp", warm test MCP server), made on first use."""
     with _WARM_LOCK:  # tests run commands from several threads at once
-        if kind not in _WARM and os.environ.get(SHARED_WARM):  # an xdist worker's
-            _WARM[kind] = SharedWarmMnemo(REPO, mnemo_env(), kind, Path(os.environ[SHARED_WARM]))
-        elif kind not in _WARM:
+        if kind not in _WARM:
             _WARM[kind] = WarmMnemo(REPO, mnemo_env(), kind)
             atexit.register(_WARM[kind].stop)
     return _WARM[kind]

@@ -8,8 +8,7 @@ over a unix socket), environment, working directory and argv, runs `bots.cli` as
 as `python -m bots.cli` does, and exits as that would (atexit handlers, threads joined); the
 warm process reports its exit status. A cold start is still tested where it is the subject
 (`tests/e2e/test_startup.py`, `tests/bots/test_cli.py`), and `MNEMO_TEST_COLD=1` makes every
-`run_mnemo` cold again. Under xdist the controller launches one warm process of each kind
-and the workers share them (`SharedWarmMnemo`): the imports are paid once per run.
+`run_mnemo` cold again.
 
 The same warm process serves the test MCP server (`core.bench.fakes.mcp_server`, whose SDK
 import costs ~1.6 CPU-s a start): a warm process of the `mcp` kind preloads the SDK instead
@@ -41,8 +40,6 @@ from pathlib import Path
 from typing import Any
 
 COLD = "MNEMO_TEST_COLD"
-READY = ".ready"  # beside the socket once the warm process accepts requests
-SHARED_START_S = 180.0  # a shared warm process's start, seen from a worker, on a busy machine
 _READ_CHUNK = 65536
 # What the commands import, loaded before the first fork. Not onnxruntime nor torch: their
 # import starts native threads, and a child forked after it aborts at exit (the C++ runtime
@@ -175,7 +172,6 @@ def serve(path: str) -> None:
         os.unlink(path)  # a warm process before this one that was killed
     listener.bind(path)
     listener.listen(16)
-    Path(path + READY).touch()  # for the processes that share it and did not start it
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
     tied: dict[socket.socket, int] = {}  # a tied caller's connection -> its child's pid
     print("ready", flush=True)
@@ -229,14 +225,12 @@ def fork_for(
 class WarmMnemo:
     """The client: starts the warm process on first use and runs commands through it."""
 
-    def __init__(
-        self, repo: Path, env: dict[str, str], kind: str = "mnemo", folder: Path | None = None
-    ) -> None:
+    def __init__(self, repo: Path, env: dict[str, str], kind: str = "mnemo") -> None:
         self.repo = repo
         self.env = env
         self.kind = kind
-        self.folder = folder or Path(tempfile.mkdtemp(prefix="mnemo-warm-"))
-        self.socket_path = str(self.folder / f"{kind}.sock")
+        self.folder = Path(tempfile.mkdtemp(prefix="mnemo-warm-"))
+        self.socket_path = str(self.folder / "warm.sock")
         self.process: subprocess.Popen[bytes] | None = None
         self.lock = threading.Lock()
 
@@ -244,23 +238,18 @@ class WarmMnemo:
         with self.lock:
             if self.process is not None and self.process.poll() is None:
                 return
-            self.launch()
-            assert self.process is not None and self.process.stdout is not None
+            # It stops at the end of its stdin: when this process is gone, whichever thread
+            # started it (PR_SET_PDEATHSIG would stop it with the thread).
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.warm_mnemo", self.socket_path, self.kind],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=self.env,
+                cwd=self.repo,
+            )
+            assert self.process.stdout is not None
             if self.process.stdout.readline() != b"ready\n":
                 raise RuntimeError("the warm mnemo process did not start")
-
-    def launch(self) -> None:
-        """Start the warm process without waiting for it (`start` waits, as does a
-        `SharedWarmMnemo` in another process)."""
-        # It stops at the end of its stdin: when this process is gone, whichever thread
-        # started it (PR_SET_PDEATHSIG would stop it with the thread).
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.warm_mnemo", self.socket_path, self.kind],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=self.env,
-            cwd=self.repo,
-        )
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -272,7 +261,6 @@ class WarmMnemo:
                     pipe.close()
         with contextlib.suppress(OSError):
             os.unlink(self.socket_path)
-            os.unlink(self.socket_path + READY)
             self.folder.rmdir()
 
     def start_process(
@@ -345,21 +333,6 @@ class WarmMnemo:
                 returncode = int(replies.readline())
         out, err = outputs
         return subprocess.CompletedProcess(command, returncode, text_of(out), text_of(err))
-
-
-class SharedWarmMnemo(WarmMnemo):
-    """A warm process another process (xdist's controller) launched in `folder` and stops:
-    this one waits until it accepts requests, and leaves it running."""
-
-    def start(self) -> None:
-        deadline = time.monotonic() + SHARED_START_S
-        while not os.path.exists(self.socket_path + READY):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the shared warm {self.kind} process did not start")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Nothing: its owner stops it."""
 
 
 def read_line(connection: socket.socket) -> bytes:
