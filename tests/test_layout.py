@@ -38,20 +38,10 @@ def modules() -> dict[str, Path]:
 
 
 @functools.cache
-def parsed(source: str) -> ast.Module:
-    """A module's syntax tree, parsed once for all the rules below (keyed by its text, so a
-    file a test writes is parsed as it is)."""
-    return ast.parse(source)
-
-
-def tree_of(path: Path) -> ast.Module:
-    return parsed(path.read_text(encoding="utf-8"))
-
-
-@functools.cache
 def walked(source: str) -> tuple[ast.AST, ...]:
-    """Every node of a module's tree in `ast.walk`'s order, walked once for all the rules."""
-    return tuple(ast.walk(parsed(source)))
+    """Every node of a module's tree in `ast.walk`'s order, parsed and walked once for all
+    the rules below (keyed by its text, so a file a test writes is read as it is)."""
+    return tuple(ast.walk(ast.parse(source)))
 
 
 def nodes_of(path: Path) -> tuple[ast.AST, ...]:
