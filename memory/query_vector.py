@@ -9,8 +9,7 @@ so it is off by default (the `name-free-query` step of a `Stage`).
 `start_query_vector` embeds on a worker thread (ONNX Runtime releases the GIL while the
 model runs), so a ranking does its keyword side meanwhile on the other core; a vector it
 made lately (the tool loop ranks the same query on every model call of a turn) is handed
-back at once, with no thread. `then_on_worker` runs more work with the vector on the
-worker side (the chat's sign-code scan, `memory.retrieval`).
+back at once, with no thread.
 """
 
 from __future__ import annotations
@@ -20,16 +19,12 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
 
 import numpy as np
 
 from memory.embeddings import Embedder
 from memory.expansion import names_in
-
-T = TypeVar("T")
 
 _WORD = re.compile(r"[\w'’-]+")
 EMBED_WORKERS = 4  # rankings of several chats at once each get a thread (made on demand)
@@ -92,28 +87,6 @@ def start_query_vector(embedder: Embedder, query: str, name_free: bool) -> Futur
         except Exception as exc:  # handed to the caller by `result()`, as inline
             done.set_exception(exc)
         return done
-
-
-def then_on_worker(pending: Future[list[float]], work: Callable[[list[float]], T]) -> Future[T]:
-    """`work(vector)` of the vector `pending` makes, on a worker thread beside the caller:
-    on the one that made the vector, as soon as it is made, or on another one if it is made
-    already (a vector made lately). The future raises what `pending` or `work` raised."""
-    done: Future[T] = Future()
-
-    def run(made: Future[list[float]]) -> None:
-        try:
-            done.set_result(work(made.result()))
-        except BaseException as exc:  # handed to the caller by `result()`
-            done.set_exception(exc)
-
-    if not pending.done():
-        pending.add_done_callback(run)  # runs on the worker that sets the result ...
-        return done  # ... or here, if it set it meanwhile
-    try:
-        _executor().submit(run, pending)
-    except RuntimeError:  # the interpreter shuts down: no new threads
-        run(pending)
-    return done
 
 
 def _made_and_kept(embedder: Embedder, query: str, name_free: bool) -> list[float]:

@@ -24,17 +24,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from functools import partial
 
 from core.clock import now_iso
-from memory.chat_cache import is_cached
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
 from memory.memory_candidates import Candidate, MemoryCandidates
-from memory.query_vector import start_query_vector, then_on_worker
+from memory.query_vector import start_query_vector
 from memory.second_stage import Stage, refine
 from memory.store import Memory, MemoryStore
-from memory.vector_cache import CHAT_VECTORS, chat_vectors
+from memory.vector_cache import chat_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -110,26 +108,16 @@ def _hybrid(
 ) -> list[tuple[int, float]]:
     """Fused (id, score), best first. `early`: filled with the keyword hits' rows for the
     second stage (read while the query embeds; None: not read)."""
-    # The query is embedded on a worker thread, which then scans the chat's sign codes for
-    # its nearest vectors, while this one scores the keywords and reads their rows (on two
-    # cores the worker's part hides them). Held vectors are brought up to date first, so
-    # the worker can scan them; a chat's first query loads its keyword lists first (on
-    # PostgreSQL that reads the vectors' snapshot ahead, on another connection).
+    # The query is embedded on a worker thread while this one scores the keywords, brings
+    # the chat's vectors up to date and reads rows (on two cores the embedding hides them).
     pending = start_query_vector(embedder, query, name_free)
-    if is_cached(store, chat_id, CHAT_VECTORS):
-        vectors = chat_vectors(store, chat_id)
-        near = then_on_worker(pending, partial(vectors.nearest_base, k=depth))
-        keyword = dict(bm25_ids(store, chat_id, query, depth))
-    else:
-        keyword = dict(bm25_ids(store, chat_id, query, depth))
-        vectors = chat_vectors(store, chat_id)
-        near = then_on_worker(pending, partial(vectors.nearest_base, k=depth))
-    if early is not None and keyword and not near.done():  # else one read after fusion
+    keyword = dict(bm25_ids(store, chat_id, query, depth))
+    vectors = chat_vectors(store, chat_id)
+    if early is not None and keyword and not pending.done():  # else one read after fusion
         early.update(store.rank_texts(list(keyword)))
-    # One exact scoring pass over the nearest codes' vectors and every keyword hit's: the
-    # semantic side is the `depth` most similar memories plus every keyword hit.
-    vector = pending.result()
-    nearest, hits = vectors.search(vector, depth, list(keyword), near.result())
+    # One exact scoring pass over the chat's vectors: the semantic side is the `depth` most
+    # similar memories plus every keyword hit.
+    nearest, hits = vectors.search(pending.result(), depth, list(keyword))
     semantic = dict(nearest)
     semantic.update(hits)
     fused = score_fusion(semantic, keyword, KEYWORD_WEIGHT)

@@ -30,7 +30,6 @@ import numpy.ma as _numpy_ma  # noqa: F401  `np.unique` imports it at first use:
 from memory.chat_cache import Derivation, current, load_saved
 from memory.pending_vectors import PendingBase
 from memory.recent_vectors import RecentVectors
-from memory.row_products import row_products
 from memory.snapshot_arrays import unpack_arrays
 from memory.store import Marks, MemoryStore, RankSnapshot, VectorRows
 
@@ -105,11 +104,6 @@ def _guess(distance: Any, count: int) -> int:
     sample = distance[::SAMPLE_STEP]
     rank = min(len(sample) - 1, 2 * count // SAMPLE_STEP + 8)
     return int(np.partition(sample, rank)[rank])
-
-
-def _unit(query: Sequence[float]) -> Any:
-    vector = np.asarray(query, dtype=np.float32)
-    return vector / max(float(np.linalg.norm(vector)), 1e-12)
 
 
 def _union(first: Any, second: Any) -> Any:
@@ -213,28 +207,21 @@ class ChatVectors:
         nearest = nearest_codes(distance, count)
         return nearest[self.alive[nearest]]
 
-    def nearest_base(self, query: Sequence[float], k: int) -> Any:
-        """The base positions `search` scores besides the keyword hits': the nearest live
-        sign codes (every live row of a small base). It needs the query vector alone, so
-        the thread that made the vector can run it (`memory.query_vector.then_on_worker`)."""
-        if not len(self.base_ids):
-            return np.zeros(0, np.int64)
-        return self._candidates(_unit(query), k)
-
     def search(
-        self, query: Sequence[float], k: int, also: Sequence[int] = (), near: Any = None
+        self, query: Sequence[float], k: int, also: Sequence[int] = ()
     ) -> tuple[list[tuple[int, float]], dict[int, float]]:
         """The `k` most similar (id, cosine) best first, and the similarity of each id in
-        `also` that has a vector. `near`: `nearest_base(query, k)` if already found."""
-        vector = _unit(query)
-        places = self.nearest_base(query, k) if near is None else near
+        `also` that has a vector."""
+        vector = np.asarray(query, dtype=np.float32)
+        vector = vector / max(float(np.linalg.norm(vector)), 1e-12)
+        places = self._candidates(vector, k) if len(self.base_ids) else np.zeros(0, np.int64)
         wanted = self._places(also)
         places = _union(places, wanted) if len(wanted) else places
         keys, recent = self.recent.similarities(vector)
         ids = np.concatenate([self.base_ids[places], keys])
         sims = np.concatenate(
             [
-                row_products(self.base[places].astype(np.float32), vector)
+                self.base[places].astype(np.float32) @ vector
                 if len(places)
                 else np.zeros(0, np.float32),
                 recent,

@@ -7,15 +7,12 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
 from memory.embeddings import Embedder
-from memory.query_vector import start_query_vector, then_on_worker, vector_for
+from memory.query_vector import start_query_vector, vector_for
 from memory.retrieval import rank_memories
-from memory.store import NewMemory
-from memory.vector_cache import rescore_count
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
 
@@ -139,58 +136,3 @@ def test_a_forked_child_embeds_on_its_own_worker_threads() -> None:
         child.join()
     assert child.exitcode == 0
     assert results.get() == expected
-
-
-def test_work_with_the_vector_runs_on_a_worker_as_soon_as_it_is_made() -> None:
-    """`then_on_worker` (the chat's sign-code scan in `memory.retrieval`): on the thread
-    that made the vector, never on the caller's, also when the vector was made already;
-    and a failed vector fails the work with the same error."""
-    caller = threading.current_thread().name
-    gate = threading.Event()
-    ran_on: list[str] = []
-
-    def made() -> list[float]:
-        gate.wait(10)
-        return [3.0, 4.0]
-
-    def work(vector: list[float]) -> float:
-        ran_on.append(threading.current_thread().name)
-        return sum(vector)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="maker") as pool:
-        pending = pool.submit(made)
-        later = then_on_worker(pending, work)
-        assert not later.done()  # the caller goes on meanwhile
-        gate.set()
-        assert later.result(timeout=10) == 7.0
-    assert ran_on == ["maker_0"]
-    ready: Future[list[float]] = Future()
-    ready.set_result([1.0, 2.0])
-    assert then_on_worker(ready, work).result(timeout=10) == 3.0
-    assert ran_on[-1] != caller and ran_on[-1].startswith("query-vector")
-    failed: Future[list[float]] = Future()
-    failed.set_exception(RuntimeError("the query model failed (test)"))
-    with pytest.raises(RuntimeError, match="query model failed"):
-        then_on_worker(failed, work).result(timeout=10)
-    assert len(ran_on) == 2  # the work never ran without a vector
-
-
-def test_a_large_chat_ranks_the_same_with_a_slow_or_fast_embedder(
-    engine: Engine, embedder: Embedder
-) -> None:
-    """Past `rescore_count` vectors the sign-code scan runs on a worker, after the
-    embedding or beside the keyword side: the ranking is the same at any embedder pace."""
-    chat_id = engine.chat("a")
-    store = engine.store(embedder)
-    topics = ["cat", "cello", "Lisbon", "Portuguese", "piano", "orchestra", "garden", "tea"]
-    store.add_many(
-        [
-            NewMemory(chat_id, f"Note {n}: Ann talked about the {topics[n % 8]} on day {n}",
-                      "EVENT", "t")
-            for n in range(400)
-        ]
-    )  # fmt: skip
-    assert len(store.vector_rows(chat_id)) > rescore_count(70)
-    fast = _ranked(engine, SlowEmbedder(embedder, 0.0), chat_id)
-    slow = _ranked(engine, SlowEmbedder(embedder, 0.05), chat_id)
-    assert slow == fast and all(fast)

@@ -164,23 +164,3 @@ def test_a_merge_keeps_the_base_codes_and_makes_only_the_recent_ones() -> None:
     rebuilt = ChatVectors(merged.base_ids, merged.base, merged.alive)  # codes made anew
     query = rng.normal(size=70).tolist()
     assert merged.search(query, 20) == rebuilt.search(query, 20)
-
-
-def test_the_nearest_codes_found_apart_give_the_same_search() -> None:
-    """`memory.retrieval` finds a query's nearest sign codes on the worker that made the
-    vector (`nearest_base`) and hands them to `search`: the same result, bit for bit, as
-    `search` finding them itself, with masked base rows and recent ones."""
-    rng = np.random.default_rng(5)
-    matrix = rng.normal(size=(3000, 32)).astype(np.float32)
-    vectors = ChatVectors.build([(i + 1, matrix[i].tobytes()) for i in range(3000)])
-    vectors = vectors.apply([(3001, matrix[0].tobytes())], [17])  # masked base row, a recent one
-    assert len(vectors.base_ids) > vector_cache.rescore_count(70)
-    for _ in range(5):
-        query = rng.normal(size=32).tolist()
-        near = vectors.nearest_base(query, 70)
-        assert 16 not in near  # the masked row (id 17) is never a candidate
-        also = [3, 17, 2999, 3001]
-        assert vectors.search(query, 70, also, near) == vectors.search(query, 70, also)
-    assert 16 not in vectors.nearest_base(matrix[16].tolist(), 70)  # position of masked id 17
-    assert 0 in vectors.nearest_base(matrix[0].tolist(), 70)
-    assert len(ChatVectors.build([]).nearest_base([1.0] * 32, 70)) == 0
