@@ -17,12 +17,14 @@ import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterator, Sized
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from memory.snapshot_arrays import unpack_arrays
-from memory.store import Marks, MemoryStore
+from memory.store import Changes, Marks, MemoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def current_entry(
     loaded = entry is None and derivation.load is not None
     if loaded and derivation.load is not None:
         entry = derivation.load(store, chat_id)
-    changes = store.changes_since(chat_id, entry[0]) if entry is not None else None
+    changes = _changes_since(store, chat_id, entry[0]) if entry is not None else None
     if entry is not None and changes is None:
         if loaded and not store.in_transaction():
             cache.put(chat_id, entry[0], entry[1], derivation.budget())
@@ -106,6 +108,34 @@ def current_entry(
     if not store.in_transaction():
         cache.put(chat_id, marks, value, derivation.budget())
     return marks, value
+
+
+_shared_reads: ContextVar[dict[tuple[int, int | None, Marks], Changes | None] | None] = ContextVar(
+    "memory_change_reads", default=None
+)
+
+
+@contextmanager
+def one_change_read() -> Iterator[None]:
+    """Inside: the chat's derivations brought up to date from the same marks share one read
+    of the change log. A ranking brings the keyword lists and the vectors up to date, and
+    they are current to the same marks: one statement (a round trip on PostgreSQL) where
+    there were two, and both sides of the ranking see the same changes."""
+    token = _shared_reads.set({})
+    try:
+        yield
+    finally:
+        _shared_reads.reset(token)
+
+
+def _changes_since(store: MemoryStore, chat_id: int | None, marks: Marks) -> Changes | None:
+    reads = _shared_reads.get()
+    if reads is None:
+        return store.changes_since(chat_id, marks)
+    key = (id(store), chat_id, marks)  # the store lives as long as the `with` block
+    if key not in reads:
+        reads[key] = store.changes_since(chat_id, marks)
+    return reads[key]
 
 
 def put_current(

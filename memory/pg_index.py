@@ -225,6 +225,8 @@ def nearest(
     _warn_in_process()
     import numpy as np
 
+    from memory.row_products import row_products
+
     rows = conn.execute(
         f"SELECT v.memory_id, v.embedding FROM {FLOAT_TABLE} v JOIN memories m"
         " ON m.id = v.memory_id WHERE coalesce(m.chat_id, 0) = ANY(%s)",
@@ -237,7 +239,7 @@ def nearest(
     matrix = matrix.reshape(len(ids), -1)
     query = np.asarray(vector, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
-    sims = (matrix @ query) / np.where(norms > 0, norms, 1.0)
+    sims = row_products(matrix, query) / np.where(norms > 0, norms, 1.0)
     order = np.argsort(-sims, kind="stable")[:k]
     return [(ids[i], 1.0 - float(sims[i])) for i in order]
 

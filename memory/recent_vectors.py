@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from memory.row_products import row_products
+
 BLOCK_MIN = 64  # rows of a new block, at least; it doubles as it fills
 
 
@@ -103,12 +105,13 @@ class RecentVectors(Mapping[int, Any]):
         """(ids, dot products with `vector`) of the live vectors: scored in place, or, when
         some rows are masked, from the live ones stacked once per version. BLAS groups rows
         by their place in the matrix, and a row's last bit can depend on its group: scoring
-        the live rows as one matrix gives each the bits a stacked matrix of them gives."""
+        the live rows as one matrix gives each the bits a stacked matrix of them gives. On this
+        thread (`row_products`: thousands of rows would wake BLAS threads)."""
         if self.block is None or not self.live:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         if self.alive is None:
-            return self.live_ids(), self.block.rows[: self.count] @ vector
-        return self._stacked[0], self._stacked[1] @ vector
+            return self.live_ids(), row_products(self.block.rows[: self.count], vector)
+        return self._stacked[0], row_products(self._stacked[1], vector)
 
     @cached_property
     def _stacked(self) -> tuple[Any, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import date
 
 from core.clock import now_iso
+from memory.chat_cache import one_change_read
 from memory.embeddings import Embedder
 from memory.keyword_cache import bm25_ids, jaccard_ids
 from memory.memory_candidates import Candidate, MemoryCandidates
@@ -147,7 +148,8 @@ def rank_memories(
     depth = max(MIN_DEPTH, k) + 20  # room for expired rows dropped below
     stage = stage if stage is not None else Stage()
     early: dict[int, Candidate] | None = {} if stage.steps else None
-    scored = _first_stage(store, chat_id, query, depth, used, stage, early)
+    with one_change_read():  # the keyword lists and vectors: one read of the change log
+        scored = _first_stage(store, chat_id, query, depth, used, stage, early)
     if stage.steps and scored:
         head, tail = scored[: 2 * depth], scored[2 * depth :]
         # The second stage reads a candidate's chat, text and day; `_finish` reads whole

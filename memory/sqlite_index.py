@@ -311,6 +311,8 @@ def similarities(
         return {}
     import numpy as np
 
+    from memory.row_products import row_products
+
     ids: list[int] = []
     blobs: list[bytes] = []
     for start in range(0, len(memory_ids), 900):
@@ -326,7 +328,7 @@ def similarities(
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), -1)
     query = np.asarray(vector, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1) * float(np.linalg.norm(query))
-    sims = (matrix @ query) / np.where(norms > 0, norms, 1.0)
+    sims = row_products(matrix, query) / np.where(norms > 0, norms, 1.0)
     return dict(zip(ids, sims.tolist(), strict=True))
 
 

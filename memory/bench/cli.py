@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -511,13 +512,12 @@ def _knn_on(conn: Any, chat_id: int, into: list[list[int]], vector: list[float])
 def _timed_vectors(
     vectors: list[list[float]], run: Callable[[list[float]], object], gap: float
 ) -> dict[str, float]:
-    timings = []
+    timings = Stopwatch()
     for vector in vectors:
         time.sleep(gap)
-        began = time.perf_counter()
-        run(vector)
-        timings.append((time.perf_counter() - began) * 1000)
-    return _percentiles(timings)
+        with timings.lap():
+            run(vector)
+    return timings.figures()
 
 
 def _rank_once(memories: Any, chat_id: int, mode: str, query: str) -> object:
@@ -550,15 +550,14 @@ def _after_changes(
     memories: Any, chat_id: int, mode: str, rng: random.Random, gap: float
 ) -> dict[str, float]:
     """Ranking latency of queries that each follow a new memory (the store itself untimed)."""
-    timings = []
+    timings = Stopwatch()
     for _ in range(CHANGED_QUERIES):
         time.sleep(gap)
         memories.add(chat_id, synthetic_memory(rng), "EVENT", source="bench")
         query = synthetic_query(rng)
-        began = time.perf_counter()
-        _rank_once(memories, chat_id, mode, query)
-        timings.append((time.perf_counter() - began) * 1000)
-    return _percentiles(timings)
+        with timings.lap():
+            _rank_once(memories, chat_id, mode, query)
+    return timings.figures()
 
 
 def _after_burst(
@@ -581,13 +580,35 @@ def _after_burst(
 
 
 def _timed(queries: list[str], run: Callable[[str], object], gap: float = 0.0) -> dict[str, float]:
-    timings = []
+    timings = Stopwatch()
     for query in queries:
         time.sleep(gap)
-        began = time.perf_counter()
-        run(query)
-        timings.append((time.perf_counter() - began) * 1000)
-    return _percentiles(timings)
+        with timings.lap():
+            run(query)
+    return timings.figures()
+
+
+class Stopwatch:
+    """Wall and process CPU time of each lap, in ms. CPU time counts every thread of the
+    process (the query's embedding worker, any BLAS threads): on a shared host it is the
+    figure that the load does not inflate by waiting for a core."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    @contextlib.contextmanager
+    def lap(self) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.cpu.append((time.process_time() - cpu) * 1000)
+        self.wall.append((time.perf_counter() - wall) * 1000)
+
+    def figures(self) -> dict[str, float]:
+        figures = _percentiles(self.wall)
+        cpu = _percentiles(self.cpu)
+        figures.update({"cpu_p50_ms": cpu["p50_ms"], "cpu_p95_ms": cpu["p95_ms"]})
+        return figures
 
 
 def _percentiles(timings: list[float]) -> dict[str, float]:
@@ -597,6 +618,14 @@ def _percentiles(timings: list[float]) -> dict[str, float]:
         "p95_ms": round(timings[max(0, int(len(timings) * 0.95) - 1)], 2),
         "max_ms": round(timings[-1], 2),
     }
+
+
+def _load_average() -> list[float]:
+    """The host's load average at the end of the run: the timings are only as good as it."""
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:  # not available on this platform
+        return []
 
 
 def rss_mb() -> float:
@@ -626,6 +655,7 @@ def _print_memory_bench(
                     "gap_s": gap,
                     "storage": where,
                     "rss_mb": rss_mb(),
+                    "load_average": _load_average(),
                     "latency": results,
                 },
                 indent=2,
@@ -635,7 +665,8 @@ def _print_memory_bench(
     click.echo(
         f"{count} memories ({count - count // 10} in the ranked chat) ingested in "
         f"{ingest_s:.1f}s; {queries} distinct queries, k=10, query embedding ({precision})"
-        f" included; {gap:g} s idle before each; on {where}; RSS {rss_mb()} MB"
+        f" included; {gap:g} s idle before each; on {where}; RSS {rss_mb()} MB;"
+        f" load average (1, 5, 15 min) at the end {_load_average()}"
     )
     for mode, figures in results.items():
         extra = "".join(
@@ -647,6 +678,8 @@ def _print_memory_bench(
             if "p50_ms" in figures
             else ""
         )
+        if "cpu_p50_ms" in figures:
+            timing += f"  (CPU p50 {figures['cpu_p50_ms']:.2f}  p95 {figures['cpu_p95_ms']:.2f})"
         click.echo(f"  {mode:<40} {timing}{extra}")
 
 

@@ -11,8 +11,11 @@ import time
 import pytest
 
 from memory.embeddings import Embedder
+from memory.keyword_cache import bm25_ids, keyword_lists
 from memory.query_vector import start_query_vector, vector_for
 from memory.retrieval import rank_memories
+from memory.store import Changes, Marks
+from memory.vector_cache import chat_vectors
 from tests.memory.conftest import Engine
 from tests.memory.test_store import HashEmbedder
 
@@ -136,3 +139,38 @@ def test_a_forked_child_embeds_on_its_own_worker_threads() -> None:
         child.join()
     assert child.exitcode == 0
     assert results.get() == expected
+
+
+def test_a_ranking_reads_the_change_log_once_for_both_sides(
+    engine: Engine, embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword lists and the vectors are current to the same marks: a hybrid ranking
+    reads the change log once for both (a round trip on PostgreSQL), and a new memory
+    reaches both sides; outside a ranking each derivation reads it as before."""
+    chat_id = engine.chat("a")
+    store = engine.store(embedder)
+    for fact in FACTS:
+        store.add(chat_id, fact, "EVENT", source="t")
+    rank_memories(store, chat_id, QUESTIONS[0], 3)  # both built, current to the same marks
+    reads: list[Marks] = []
+    real = store.changes_since
+
+    def counted(chat: int | None, marks: Marks) -> Changes | None:
+        reads.append(marks)
+        return real(chat, marks)
+
+    monkeypatch.setattr(store, "changes_since", counted)
+    assert [r.memory.content for r in rank_memories(store, chat_id, QUESTIONS[0], 1)] == [FACTS[0]]
+    assert len(reads) == 1
+    new = store.add(chat_id, "Ann's cat Miso learned to open the fridge", "EVENT", source="t")
+    reads.clear()
+    ranked = rank_memories(store, chat_id, "What did Miso learn to open?", 1)
+    assert len(reads) == 1 and ranked[0].memory.id == new
+    assert new in dict(bm25_ids(store, chat_id, "fridge", 5))  # the keyword side has it
+    assert new in {memory_id for memory_id in chat_vectors(store, chat_id).base_ids} | set(
+        chat_vectors(store, chat_id).recent
+    )  # and the vector side
+    reads.clear()
+    keyword_lists(store, chat_id)
+    chat_vectors(store, chat_id)
+    assert len(reads) == 2  # outside a ranking: one read each, as before
