@@ -113,6 +113,13 @@ class TelegramChannel:
         # PTB's clients take the process's one TLS context (`core.model.tls`: the one each
         # would build, certifi's bundle or `SSL_CERT_FILE`), not one each (~20 ms of CPU).
         tls: dict[str, Any] = {"verify": shared_tls_context()}
+        # A turn's send waits for a free connection rather than failing after PTB's default
+        # 1 s when many chats answer at once (each then retried: slower).
+        send_request = HTTPXRequest(
+            SEND_POOL_SIZE, pool_timeout=SEND_POOL_TIMEOUT_S, httpx_kwargs=tls
+        )
+        # PTB builds this one in webhook mode too (the bot's `get_updates`), unused there.
+        updates_request = SkippingUpdatesRequest(connection_pool_size=1, httpx_kwargs=tls)
         builder = (
             Application.builder()
             .token(self.config.token)
@@ -122,13 +129,9 @@ class TelegramChannel:
             # it arrives (it keeps each chat in order); handlers then wait for their turn.
             .concurrent_updates(CONCURRENT_UPDATES)
             .rate_limiter(ReplyRateLimiter(overall_max_rate=self.config.max_messages_per_second))
-            # A turn's send waits for a free connection rather than failing after PTB's
-            # default 1 s when many chats answer at once (each then retried: slower).
-            .request(HTTPXRequest(SEND_POOL_SIZE, pool_timeout=SEND_POOL_TIMEOUT_S,
-                                  httpx_kwargs=tls))
-            # PTB builds this one in webhook mode too (the bot's `get_updates`), unused there.
-            .get_updates_request(SkippingUpdatesRequest(1, httpx_kwargs=tls))
-        )  # fmt: skip
+            .request(send_request)
+            .get_updates_request(updates_request)
+        )
         if self.config.mode == "webhook":
             builder = builder.updater(None)  # updates come from our webhook server
         app = builder.build()
