@@ -59,7 +59,10 @@ test: $(DEV_STAMP)
 
 # llama-cpp-python builds from source the first time (~10 min on 2 cores); pip keeps the
 # wheel in its cache, so later installs take seconds.
+# CMAKE_ARGS: the same build flags `mnemo embedded install` gives (bots/demo_install.py:
+# portable on x86-64, no AMX), unless the shell sets its own.
 $(REAL_STAMP): $(DEV_STAMP)
+	CMAKE_ARGS="$${CMAKE_ARGS-$$($(PY) -c 'from bots.demo_install import llama_cmake_args; print(llama_cmake_args())')}" \
 	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install --quiet -c constraints.txt -e '.[dev,real]'
 	touch $@
 

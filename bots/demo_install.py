@@ -9,6 +9,7 @@ file, and turns the build's `[step/total]` lines into one progress line.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -90,6 +91,19 @@ class Progress:
 
 Show = Callable[[Progress, float], None]
 
+# llama.cpp for x86-64 built portable (AVX2, FMA, F16C, BMI2; GGML_NATIVE off), not for the
+# building CPU: a native build on a CPU with AMX uses its tile instructions, and where the
+# kernel or a sandbox does not grant a process AMX's tile state, the server dies at its
+# first request ("general protection fault ... in libggml-cpu.so"; seen on this project's
+# AVX-512/AMX build machines). Other machines keep llama.cpp's own default.
+PORTABLE_X86_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
+
+
+def llama_cmake_args(machine: str | None = None) -> str:
+    """The CMAKE_ARGS llama-cpp-python's build gets unless the user set their own."""
+    machine = machine if machine is not None else platform.machine()
+    return PORTABLE_X86_CMAKE_ARGS if machine.lower() in ("x86_64", "amd64") else ""
+
 
 def follow(lines: Iterable[str], log: Callable[[str], object], show: Show) -> None:
     """Log every line; show the progress (and the seconds elapsed) whenever it changes."""
@@ -106,6 +120,7 @@ def install_demo(log_path: Path, show: Show) -> int:
     """Run pip; return its exit status. The full output is in `log_path`."""
     env = dict(os.environ)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
+    env.setdefault("CMAKE_ARGS", llama_cmake_args())
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("w", encoding="utf-8") as log:
         process = subprocess.Popen(

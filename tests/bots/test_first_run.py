@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bots.demo_install import Progress, follow, pip_command
+from bots.demo_install import Progress, follow, llama_cmake_args, pip_command
 from bots.embedded_cli import unattended_fallback
 from core.bench.fakes.fake_openai import FakeOpenAIServer
 from core.config import load_config
@@ -138,3 +138,11 @@ def test_pip_installs_the_demo_extra_of_this_checkout_with_its_constraints() -> 
     assert command[-2:] == ["-e", f"{REPO}[demo]"]
     assert command[command.index("-c") + 1] == str(REPO / "constraints.txt")
     assert "-v" in command  # the build's steps are what the progress line reads
+
+
+def test_llama_cpp_builds_portable_on_x86_64_and_with_its_defaults_elsewhere() -> None:
+    # A native build on an AMX CPU dies at its first tile instruction where the kernel
+    # grants no AMX state; x86-64 builds get GGML_NATIVE off (AVX2, FMA, F16C; no AMX).
+    assert "-DGGML_NATIVE=OFF" in llama_cmake_args("x86_64").split()
+    assert "-DGGML_NATIVE=OFF" in llama_cmake_args("AMD64").split()
+    assert llama_cmake_args("aarch64") == ""
