@@ -18,7 +18,14 @@ from core.api import Chat, ContextSection
 from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
 from core.context.focus import focus_sections
-from core.context.pruning import PruneStats, prune_request
+from core.context.pruning import (
+    FillLevels,
+    PruneStats,
+    fill_start,
+    is_block,
+    prune_before,
+    prune_request,
+)
 from core.context.request import (
     SHORT_PROMPT_TOKENS,
     SMALL_WINDOW_TOKENS,
@@ -74,6 +81,16 @@ def pressure(tokens: int, window: int) -> str:
 
 
 @dataclass(frozen=True)
+class PruneBoundary:
+    """Where a sent request's pruned part ended: the index in its unpruned messages, for
+    one chat's session (its compactions and start; a compaction makes a new session)."""
+
+    chat_id: int
+    session: tuple[int, int]
+    start: int
+
+
+@dataclass(frozen=True)
 class RequestPlan:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
@@ -90,6 +107,11 @@ class RequestPlan:
     tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
     images: int = 0  # image parts the request will carry (attached when it is sent)
     image_tokens: int = 0  # what they cost the model, as planned (`core.chat.images`)
+    # The tools' budget when their schemas reach the prompt, offered or not: what the
+    # pruning boundary's replay counts for them (the same for every request of a turn)
+    tools_room: int = 0
+    # where the pruned part ends, to remember once the request is sent (`RequestPlanner`)
+    boundary: PruneBoundary | None = None
 
     @cached_property
     def tokens(self) -> int:
@@ -135,6 +157,14 @@ class RequestPlanner:
     tools: ToolRegistry
     model: str
     today: Callable[[], date] = date.today
+    # per chat, the boundary of the last request sent (`keep_boundary`); a new process
+    # replays it from the history (`core.context.pruning.fill_start`)
+    boundaries: dict[int, PruneBoundary] = field(default_factory=dict, repr=False)
+
+    def keep_boundary(self, plan: RequestPlan) -> None:
+        """Remember where `plan`, just sent, pruned: the next request starts from there."""
+        if plan.boundary is not None:
+            self.boundaries[plan.boundary.chat_id] = plan.boundary
 
     def window(self) -> Window:
         """The model's context window and where the figure comes from."""
@@ -220,6 +250,7 @@ class RequestPlanner:
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
         history = self.store.history(chat.id)
+        session = self.store.session(chat.id)
         _, newest = split_newest(history)
         message = newest[0].content if newest else ""
         budgeted = apply_budget(focus_sections(sections, message), budget)
@@ -228,7 +259,8 @@ class RequestPlanner:
         short = usable < SHORT_PROMPT_TOKENS and in_prompt
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
-        if tools and tools_enabled(config.llm, profile):
+        with_tools = tools_enabled(config.llm, profile)
+        if tools and with_tools:
             budget_tokens = int(usable * config.context.tools_share * tools_scale)
             offer = self.offer(chat, parts, estimator, budget_tokens)
         plan = RequestPlan(
@@ -244,6 +276,10 @@ class RequestPlanner:
             tool_offer=offer,
             images=len(images),
             image_tokens=sum(images),
+            tools_room=int(usable * config.context.tools_share) if with_tools and in_prompt else 0,
+            boundary=PruneBoundary(
+                chat.id, (session.compaction_count, session.started_at_message_id), 0
+            ),
         )
         return self.fit_tools(chat, parts, self.pruned(plan, protect_turns, len(pending)))
 
@@ -264,21 +300,46 @@ class RequestPlanner:
         return replace(plan, tools=offer.schemas or None, tool_offer=offer)
 
     def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
-        """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
-        given); a small window also shortens old turns, and protects fewer. Below a usable
-        window of `SHORT_PROMPT_TOKENS` every request is pruned: the pruned form is then the
-        only one, and no turn switches all old turns to it at once. The last
-        `pending` messages (this turn's own) are never pruned, nor counted as turns: the
-        "continue your cut reply" request must not shorten the message being answered."""
+        """`plan` pruned before the boundary `fill_start` replays (it moves once per fill of
+        the window, so the pruned part stays byte-identical between moves), or before the
+        last `protect_turns` turns when that is given (emergency use). A small window also
+        shortens old turns, and protects fewer. The last `pending` messages (this turn's
+        own) are never pruned, nor counted as turns: the "continue your cut reply" request
+        must not shorten the message being answered."""
         small = plan.window < SMALL_WINDOW_TOKENS
         cut = len(plan.messages) - pending
-        # A switch to the pruned form would re-evaluate every old turn on a caching server.
-        always = plan.window < SHORT_PROMPT_TOKENS
-        if protect_turns is None:
-            if plan.share <= self.config.context.prune_threshold and not always:
-                return plan
-            protect_turns = self.config.context.protect_turns
-            if small:
-                protect_turns = min(protect_turns, small_window_protect_turns(plan.window))
-        messages, stats = prune_request(plan.messages[:cut], protect_turns, small_window=small)
-        return replace(plan, messages=messages + plan.messages[cut:], prune=stats)
+        if protect_turns is not None:  # not remembered: the next request starts as before
+            messages, stats = prune_request(plan.messages[:cut], protect_turns, small_window=small)
+            return replace(
+                plan, messages=messages + plan.messages[cut:], prune=stats, boundary=None
+            )
+        context = self.config.context
+        protect = context.protect_turns
+        if small:
+            protect = min(protect, small_window_protect_turns(plan.window))
+        levels = FillLevels(
+            fixed=plan.tools_room,
+            prune=int(plan.window * context.prune_threshold),
+            compact=int(plan.window * context.compaction_threshold),
+        )
+        head = plan.messages[:cut]
+        previous = self.previous_start(plan, head)
+        start = fill_start(head, protect, plan.estimator, levels, small, previous)
+        kept = replace(plan.boundary, start=start) if plan.boundary is not None else None
+        if start == 0:
+            return replace(plan, boundary=kept)
+        messages, stats = prune_before(head, start, small_window=small)
+        return replace(plan, messages=messages + plan.messages[cut:], prune=stats, boundary=kept)
+
+    def previous_start(self, plan: RequestPlan, head: Sequence[dict[str, Any]]) -> int | None:
+        """The boundary of the chat's last request sent, if it was in this session and
+        still starts a turn of `head`; None: `fill_start` replays it."""
+        if plan.boundary is None:
+            return None
+        kept = self.boundaries.get(plan.boundary.chat_id)
+        if kept is None or kept.session != plan.boundary.session or kept.start >= len(head):
+            return None
+        first = head[kept.start]
+        if first.get("role") == "user" or (is_block(first) and kept.start + 1 < len(head)):
+            return kept.start
+        return None

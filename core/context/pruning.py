@@ -1,9 +1,16 @@
 """Request-time pruning: stub old tool results and drop old reasoning, in the request only.
 
 Works on copies of the request messages; the stored history is never touched. On a small
-window (`SmallWindowPruning`) the old user and assistant texts are shortened to their head
-too, and the protected tail moves in steps of whole turns, so the pruned part of the
-request stays byte-identical for a few turns (a server's KV cache keeps serving it).
+window the old user and assistant texts are shortened to their head too. Old context
+blocks lose their `recalled` sections on every window.
+
+Where the pruned part ends (`fill_start`) moves once per fill of the window, not once per
+turn: the boundary stays where it was while the request with it fits, so each request
+starts with the whole previous one and a server's KV cache serves it; only when the
+request would pass the compaction level (or the prune level, if moving brings it back
+under) does the boundary move to the newest protected turns, one prefix break that makes
+room for many turns. The boundary is replayed over the user messages of the request, so
+every request finds the previous one's boundary without any stored state.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.context.request import DYNAMIC_HEADER
+from core.model.tokens import TokenEstimator, message_chars, overhead_tokens
 from core.text import strip_think
 
 STUB_CHARS = 200
@@ -22,8 +30,8 @@ REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 CHAT_STUB_CHARS = 80
 # Sections of a context block that serve the turn they were built for: copies of earlier
-# messages the recall index found (`conversation_search` finds them again). On a small
-# window an old block loses them, as old turns lose their texts; memories and notes stay.
+# messages the recall index found (`conversation_search` finds them again). A block before
+# the pruning boundary loses them, as old turns lose their texts; memories and notes stay.
 TRANSIENT_SECTIONS = ("recalled",)
 _TRANSIENT = re.compile(
     r"(?:\n\n)?<(" + "|".join(TRANSIENT_SECTIONS) + r")(?: [^>\n]*)?>\n.*?\n</\1>", re.S
@@ -76,31 +84,107 @@ def stub_tool_result(content: str) -> str:
     return f"{content[:STUB_CHARS]}\n[pruned: {len(content) - STUB_CHARS} chars]"
 
 
+def with_its_block(messages: Sequence[dict[str, Any]], boundary: int) -> int:
+    """`boundary` moved before the context block of the user message it starts at: a
+    protected user message keeps the block sent with it."""
+    if 0 < boundary < len(messages) and is_block(messages[boundary - 1]):
+        return boundary - 1
+    return boundary
+
+
 def prune_request(
     messages: Sequence[dict[str, Any]], protect_turns: int, small_window: bool = False
 ) -> tuple[list[dict[str, Any]], PruneStats]:
-    """A pruned copy of `messages`: tool results and reasoning before the protected turns;
-    on a `small_window` their user and assistant texts too (the tail moves in steps)."""
+    """A pruned copy of `messages`: tool results, reasoning and old blocks' recalled lines
+    before the protected turns; on a `small_window` their user and assistant texts too
+    (the tail moves in steps)."""
     if small_window:
         boundary = stepped_start(messages, protect_turns)
     else:
         boundary = protected_start(messages, protect_turns)
-    if 0 < boundary < len(messages) and is_block(messages[boundary - 1]):
-        boundary -= 1  # a protected user message keeps the block sent with it
-    pruned: list[dict[str, Any]] = []
+    return prune_before(messages, with_its_block(messages, boundary), small_window)
+
+
+def prune_before(
+    messages: Sequence[dict[str, Any]], boundary: int, small_window: bool = False
+) -> tuple[list[dict[str, Any]], PruneStats]:
+    """A copy of `messages` with each message before `boundary` pruned (`pruned_message`)."""
+    pruned: list[dict[str, Any]] = list(messages[boundary:])
+    head: list[dict[str, Any]] = []
     totals = [0, 0, 0, 0]  # tool results, reasoning, chars removed, texts shortened
-    for index, message in enumerate(messages):
-        if index >= boundary or message.get("role") == "system" and not small_window:
-            pruned.append(message)
-            continue
-        if message.get("role") == "system":
-            entry, counts = prune_block(message)
-        else:
-            entry, counts = prune_entry(message, small_window)
+    for message in messages[:boundary]:
+        entry, counts = pruned_message(message, small_window)
         totals = [total + count for total, count in zip(totals, counts, strict=True)]
         if entry is not None:
-            pruned.append(entry)
-    return pruned, PruneStats(*totals)
+            head.append(entry)
+    return head + pruned, PruneStats(*totals)
+
+
+def pruned_message(
+    message: dict[str, Any], small_window: bool
+) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message before the boundary as the request sends it (None: left out) and what
+    was pruned from it (as in `PruneStats`)."""
+    if message.get("role") == "system":
+        return prune_block(message)
+    return prune_entry(message, small_window)
+
+
+@dataclass(frozen=True)
+class FillLevels:
+    """Estimated tokens that decide where the pruned part ends (`fill_start`)."""
+
+    fixed: int  # not in the messages: the tools' budget when their schemas reach the prompt
+    prune: int  # past this the boundary moves, if moving brings the request back under it
+    compact: int  # past this it moves anyway (the request would compact otherwise)
+
+
+def fill_start(
+    messages: Sequence[dict[str, Any]],
+    protect_turns: int,
+    estimator: TokenEstimator,
+    levels: FillLevels,
+    small_window: bool = False,
+    previous: int | None = None,
+) -> int:
+    """Where the pruned part of `messages` ends (0: nothing pruned). From the `previous`
+    request's boundary, the newest user message decides: the boundary stays while the
+    request fits `levels.prune`; past it, it moves to the newest `protect_turns` turns
+    when that brings the request back under `prune`, or when the request passes `compact`
+    and moving brings it under (moving is then the alternative to a compaction; when even
+    that would not fit, it stays and the request compacts). So it moves once per fill of
+    the window. Without `previous` (a new process, the first request after a compaction)
+    the decision is replayed over every user message as each was the newest. Requests
+    are estimated as `estimator.request` does, so a move and a compaction agree."""
+    full = [0]  # characters of messages[:i] as they are
+    short = [0]  # ... and pruned
+    kept = [0]  # messages of messages[:i] left once pruned
+    for message in messages:
+        entry, _ = pruned_message(message, small_window)
+        full.append(full[-1] + message_chars(message))
+        short.append(short[-1] + (message_chars(entry) if entry is not None else 0))
+        kept.append(kept[-1] + (entry is not None))
+
+    def tokens(start: int, end: int) -> int:
+        chars = short[start] + full[end] - full[start]
+        return levels.fixed + estimator.chars(chars) + overhead_tokens(kept[start] + end - start)
+
+    users = [index for index, message in enumerate(messages) if message.get("role") == "user"]
+    start = previous or 0
+    deciding = list(enumerate(users))
+    if previous is not None:
+        deciding = deciding[-1:]
+    for number, user in deciding:
+        total = tokens(start, user + 1)
+        if total <= levels.prune:
+            continue
+        moved = with_its_block(messages, users[max(0, number - protect_turns + 1)])
+        if moved <= start:
+            continue
+        after = tokens(moved, user + 1)
+        if after <= levels.prune or total > levels.compact >= after:
+            start = moved
+    return start
 
 
 def is_block(message: dict[str, Any]) -> bool:
