@@ -19,12 +19,14 @@ from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
 from core.context.focus import focus_sections
 from core.context.pruning import (
+    Fill,
     FillLevels,
     PruneStats,
     fill_start,
     is_block,
     prune_before,
     prune_request,
+    with_its_block,
 )
 from core.context.request import (
     SHORT_PROMPT_TOKENS,
@@ -80,14 +82,25 @@ def pressure(tokens: int, window: int) -> str:
     return next((name for floor, name in PRESSURE_LEVELS if share >= floor), "low")
 
 
+def starts_turn(messages: Sequence[dict[str, Any]], index: int) -> bool:
+    """Whether `index` is 0 or a user message of `messages` (or the block just before one)."""
+    if index == 0:
+        return True
+    if index >= len(messages):
+        return False
+    if is_block(messages[index]):
+        index += 1
+    return index < len(messages) and messages[index].get("role") == "user"
+
+
 @dataclass(frozen=True)
 class PruneBoundary:
-    """Where a sent request's pruned part ended: the index in its unpruned messages, for
+    """Where a sent request's pruned parts ended (indexes in its unpruned messages), for
     one chat's session (its compactions and start; a compaction makes a new session)."""
 
     chat_id: int
     session: tuple[int, int]
-    start: int
+    fill: Fill
 
 
 @dataclass(frozen=True)
@@ -107,9 +120,6 @@ class RequestPlan:
     tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
     images: int = 0  # image parts the request will carry (attached when it is sent)
     image_tokens: int = 0  # what they cost the model, as planned (`core.chat.images`)
-    # The tools' budget when their schemas reach the prompt, offered or not: what the
-    # pruning boundary's replay counts for them (the same for every request of a turn)
-    tools_room: int = 0
     # where the pruned part ends, to remember once the request is sent (`RequestPlanner`)
     boundary: PruneBoundary | None = None
 
@@ -259,8 +269,7 @@ class RequestPlanner:
         short = usable < SHORT_PROMPT_TOKENS and in_prompt
         parts, to_keep = self.parts(chat, pending, budgeted.sections, late_system, short, history)
         offer = None
-        with_tools = tools_enabled(config.llm, profile)
-        if tools and with_tools:
+        if tools and tools_enabled(config.llm, profile):
             budget_tokens = int(usable * config.context.tools_share * tools_scale)
             offer = self.offer(chat, parts, estimator, budget_tokens)
         plan = RequestPlan(
@@ -276,9 +285,8 @@ class RequestPlanner:
             tool_offer=offer,
             images=len(images),
             image_tokens=sum(images),
-            tools_room=int(usable * config.context.tools_share) if with_tools and in_prompt else 0,
             boundary=PruneBoundary(
-                chat.id, (session.compaction_count, session.started_at_message_id), 0
+                chat.id, (session.compaction_count, session.started_at_message_id), Fill()
             ),
         )
         return self.fit_tools(chat, parts, self.pruned(plan, protect_turns, len(pending)))
@@ -300,12 +308,14 @@ class RequestPlanner:
         return replace(plan, tools=offer.schemas or None, tool_offer=offer)
 
     def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
-        """`plan` pruned before the boundary `fill_start` replays (it moves once per fill of
-        the window, so the pruned part stays byte-identical between moves), or before the
-        last `protect_turns` turns when that is given (emergency use). A small window also
-        shortens old turns, and protects fewer. The last `pending` messages (this turn's
-        own) are never pruned, nor counted as turns: the "continue your cut reply" request
-        must not shorten the message being answered."""
+        """`plan` pruned where `fill_start` says, from where the chat's last request sent
+        was (`keep_boundary`): the boundaries move once per fill of the window, so the
+        pruned part stays byte-identical between moves and a server's KV cache serves it;
+        or before the last `protect_turns` turns when that is given (emergency use, not
+        remembered). A small window also shortens old turns, and protects fewer. The last
+        `pending` messages (this turn's own) are never pruned, nor counted as turns: the
+        "continue your cut reply" request must not shorten the message being answered,
+        and a follow-up request prunes as its turn's first did."""
         small = plan.window < SMALL_WINDOW_TOKENS
         cut = len(plan.messages) - pending
         if protect_turns is not None:  # not remembered: the next request starts as before
@@ -317,29 +327,37 @@ class RequestPlanner:
         protect = context.protect_turns
         if small:
             protect = min(protect, small_window_protect_turns(plan.window))
+        head = plan.messages[:cut]
         levels = FillLevels(
-            fixed=plan.tools_room,
+            fixed=plan.tokens - plan.estimator.request(plan.messages),  # tools and images
             prune=int(plan.window * context.prune_threshold),
             compact=int(plan.window * context.compaction_threshold),
         )
-        head = plan.messages[:cut]
-        previous = self.previous_start(plan, head)
-        start = fill_start(head, protect, plan.estimator, levels, small, previous)
-        kept = replace(plan.boundary, start=start) if plan.boundary is not None else None
-        if start == 0:
+        previous = self.previous_fill(plan, head)
+        if previous is not None and pending:
+            fill = previous  # a follow-up request of the turn: its first request decided
+        else:
+            fill = fill_start(head, protect, plan.estimator, levels, small, previous)
+        kept = replace(plan.boundary, fill=fill) if plan.boundary is not None else None
+        if fill == Fill():
             return replace(plan, boundary=kept)
-        messages, stats = prune_before(head, start, small_window=small)
+        messages, stats = prune_before(head, fill.start, small, fill.recalled_until)
         return replace(plan, messages=messages + plan.messages[cut:], prune=stats, boundary=kept)
 
-    def previous_start(self, plan: RequestPlan, head: Sequence[dict[str, Any]]) -> int | None:
-        """The boundary of the chat's last request sent, if it was in this session and
-        still starts a turn of `head`; None: `fill_start` replays it."""
+    def previous_fill(self, plan: RequestPlan, head: Sequence[dict[str, Any]]) -> Fill | None:
+        """Where the chat's last request sent was pruned, if it was in this session and
+        its boundaries still start turns of `head` (after a compaction: only the kept
+        blocks' recalled lines dropped); None: `fill_start` replays them."""
         if plan.boundary is None:
             return None
         kept = self.boundaries.get(plan.boundary.chat_id)
-        if kept is None or kept.session != plan.boundary.session or kept.start >= len(head):
+        if kept is None:
             return None
-        first = head[kept.start]
-        if first.get("role") == "user" or (is_block(first) and kept.start + 1 < len(head)):
-            return kept.start
+        if kept.session != plan.boundary.session:
+            # Compacted since: this request is evaluated from the summary on anyway, so
+            # the kept blocks lose their recalled lines now, not at the next move.
+            users = [index for index, entry in enumerate(head) if entry.get("role") == "user"]
+            return Fill(0, with_its_block(head, users[-1])) if users else None
+        if all(starts_turn(head, index) for index in (kept.fill.start, kept.fill.recalled_until)):
+            return kept.fill
         return None

@@ -106,18 +106,25 @@ def prune_request(
 
 
 def prune_before(
-    messages: Sequence[dict[str, Any]], boundary: int, small_window: bool = False
+    messages: Sequence[dict[str, Any]],
+    boundary: int,
+    small_window: bool = False,
+    recalled_until: int = 0,
 ) -> tuple[list[dict[str, Any]], PruneStats]:
-    """A copy of `messages` with each message before `boundary` pruned (`pruned_message`)."""
-    pruned: list[dict[str, Any]] = list(messages[boundary:])
-    head: list[dict[str, Any]] = []
+    """A copy of `messages` with each message before `boundary` pruned (`pruned_message`),
+    and the context blocks from there up to `recalled_until` without their recalled lines."""
+    recalled_until = max(recalled_until, boundary)
+    kept: list[dict[str, Any]] = []
     totals = [0, 0, 0, 0]  # tool results, reasoning, chars removed, texts shortened
-    for message in messages[:boundary]:
-        entry, counts = pruned_message(message, small_window)
+    for index, message in enumerate(messages[:recalled_until]):
+        if index < boundary:
+            entry, counts = pruned_message(message, small_window)
+        else:
+            entry, counts = prune_block(message)
         totals = [total + count for total, count in zip(totals, counts, strict=True)]
         if entry is not None:
-            head.append(entry)
-    return head + pruned, PruneStats(*totals)
+            kept.append(entry)
+    return kept + list(messages[recalled_until:]), PruneStats(*totals)
 
 
 def pruned_message(
@@ -134,9 +141,53 @@ def pruned_message(
 class FillLevels:
     """Estimated tokens that decide where the pruned part ends (`fill_start`)."""
 
-    fixed: int  # not in the messages: the tools' budget when their schemas reach the prompt
-    prune: int  # past this the boundary moves, if moving brings the request back under it
-    compact: int  # past this it moves anyway (the request would compact otherwise)
+    fixed: int  # not in the messages: the offered tools' schemas, images
+    prune: int  # past this the boundaries move, if that leaves room for a fill (`low`)
+    compact: int  # past this they move if that brings the request under (else it compacts)
+
+    @property
+    def low(self) -> int:
+        """Where a move past `prune` must bring the request: as far under `prune` as
+        `compact` is over it, so the next fill is at least that gap (else moves would
+        come every turn or two once the pruned part itself nears `prune`)."""
+        return 2 * self.prune - self.compact
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Where a request's pruned parts end: messages before `start` are pruned (the turns
+    before the protected ones), blocks before `recalled_until` lose their recalled lines
+    (every block but the newest turn's, as of the last move). (0, 0): nothing pruned."""
+
+    start: int = 0
+    recalled_until: int = 0
+
+
+class _Sizes:
+    """Prefix sums of a request's characters and messages, as they are, pruned, and with
+    only the blocks' recalled lines dropped; `tokens` estimates as `estimator.request`."""
+
+    def __init__(
+        self, messages: Sequence[dict[str, Any]], small_window: bool, estimator: TokenEstimator
+    ) -> None:
+        self.estimator = estimator
+        self.full, self.short, self.bare = [0], [0], [0]  # characters of messages[:i]
+        self.short_count, self.bare_count = [0], [0]  # messages of messages[:i] left
+        for message in messages:
+            short, _ = pruned_message(message, small_window)
+            bare, _ = prune_block(message)
+            self.full.append(self.full[-1] + message_chars(message))
+            self.short.append(self.short[-1] + (message_chars(short) if short else 0))
+            self.bare.append(self.bare[-1] + (message_chars(bare) if bare else 0))
+            self.short_count.append(self.short_count[-1] + (short is not None))
+            self.bare_count.append(self.bare_count[-1] + (bare is not None))
+
+    def tokens(self, fill: Fill, end: int) -> int:
+        start, until = fill.start, max(fill.start, min(fill.recalled_until, end))
+        chars = self.short[start] + self.bare[until] - self.bare[start]
+        chars += self.full[end] - self.full[until]
+        count = self.short_count[start] + self.bare_count[until] - self.bare_count[start]
+        return self.estimator.chars(chars) + overhead_tokens(count + end - until)
 
 
 def fill_start(
@@ -145,46 +196,36 @@ def fill_start(
     estimator: TokenEstimator,
     levels: FillLevels,
     small_window: bool = False,
-    previous: int | None = None,
-) -> int:
-    """Where the pruned part of `messages` ends (0: nothing pruned). From the `previous`
-    request's boundary, the newest user message decides: the boundary stays while the
-    request fits `levels.prune`; past it, it moves to the newest `protect_turns` turns
-    when that brings the request back under `prune`, or when the request passes `compact`
-    and moving brings it under (moving is then the alternative to a compaction; when even
-    that would not fit, it stays and the request compacts). So it moves once per fill of
-    the window. Without `previous` (a new process, the first request after a compaction)
-    the decision is replayed over every user message as each was the newest. Requests
-    are estimated as `estimator.request` does, so a move and a compaction agree."""
-    full = [0]  # characters of messages[:i] as they are
-    short = [0]  # ... and pruned
-    kept = [0]  # messages of messages[:i] left once pruned
-    for message in messages:
-        entry, _ = pruned_message(message, small_window)
-        full.append(full[-1] + message_chars(message))
-        short.append(short[-1] + (message_chars(entry) if entry is not None else 0))
-        kept.append(kept[-1] + (entry is not None))
-
-    def tokens(start: int, end: int) -> int:
-        chars = short[start] + full[end] - full[start]
-        return levels.fixed + estimator.chars(chars) + overhead_tokens(kept[start] + end - start)
-
+    previous: Fill | None = None,
+) -> Fill:
+    """Where the pruned parts of `messages` end. From the `previous` request's, the
+    newest user message decides: they stay while the request fits `levels.prune`; past
+    it, they move (the turns before the newest `protect_turns` pruned, every older block
+    without its recalled lines) when that brings the request under `levels.low`, or when
+    the request passes `compact` and moving brings it under (moving is then the
+    alternative to a compaction; when even that would not fit, nothing moves and the
+    request compacts). So they move once per fill of the window, one prefix break. Without
+    `previous` (a new process, the first request after a compaction) the decision is
+    replayed over every user message as each was the newest. Requests are estimated as
+    `estimator.request` does, so a move and a compaction agree."""
+    sizes = _Sizes(messages, small_window, estimator)
     users = [index for index, message in enumerate(messages) if message.get("role") == "user"]
-    start = previous or 0
+    fill = previous or Fill()
     deciding = list(enumerate(users))
     if previous is not None:
         deciding = deciding[-1:]
     for number, user in deciding:
-        total = tokens(start, user + 1)
+        total = levels.fixed + sizes.tokens(fill, user + 1)
         if total <= levels.prune:
             continue
-        moved = with_its_block(messages, users[max(0, number - protect_turns + 1)])
-        if moved <= start:
+        protected = with_its_block(messages, users[max(0, number - protect_turns + 1)])
+        moved = Fill(max(fill.start, protected), with_its_block(messages, user))
+        if moved == fill:
             continue
-        after = tokens(moved, user + 1)
-        if after <= levels.prune or total > levels.compact >= after:
-            start = moved
-    return start
+        after = levels.fixed + sizes.tokens(moved, user + 1)
+        if after < total and (after <= levels.low or total > levels.compact >= after):
+            fill = moved
+    return fill
 
 
 def is_block(message: dict[str, Any]) -> bool:

