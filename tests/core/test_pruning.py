@@ -10,11 +10,20 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime
-from core.api import Extension, Inbound, Tool, TurnContext
+from core.api import ContextSection, Extension, Inbound, Tool, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.chat.files import chat_dir, chat_prefix, safe_path_part
 from core.config import Config
-from core.context.pruning import protected_start, prune_request
+from core.context.pruning import (
+    Fill,
+    FillLevels,
+    fill_start,
+    protected_start,
+    prune_before,
+    prune_request,
+)
+from core.context.request import render_dynamic
+from core.model.tokens import TokenEstimator
 from tests.core.support import light_runtime
 
 
@@ -186,3 +195,51 @@ def test_chat_dir_encoding_matches_file_memory(tmp_path: Path) -> None:
         assert part == safe_segment(text)
         assert "/" not in part and "\\" not in part and "." not in part
     assert unquote(safe_path_part("-100123:42")) == "-100123:42"
+
+
+def _chat_with_blocks(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "prefix"}]
+    for n in range(turns):
+        block = render_dynamic(
+            [
+                ContextSection("memories", "m", f"fact {n}"),
+                ContextSection("recalled", "r", "x" * 400),
+            ]
+        )
+        messages.append({"role": "system", "content": block})
+        messages.append({"role": "user", "content": f"question {n} " + "u" * 300})
+        messages.append({"role": "assistant", "content": f"answer {n} " + "a" * 300})
+    return messages[:-1]  # the newest question is being answered
+
+
+LEVELS = FillLevels(fixed=0, prune=1_200, compact=1_500)
+ESTIMATOR = TokenEstimator(4.0)
+
+
+def test_the_remembered_boundary_is_the_one_a_replay_finds() -> None:
+    """A new process replays the boundaries from the history alone and finds where the
+    last request sent had them, so its first request still starts with that one."""
+    remembered: Fill | None = None
+    for turns in range(1, 40):
+        messages = _chat_with_blocks(turns)
+        remembered = fill_start(messages, 2, ESTIMATOR, LEVELS, True, remembered)
+        assert fill_start(messages, 2, ESTIMATOR, LEVELS, True) == remembered, turns
+
+
+def test_a_move_on_a_large_window_drops_older_blocks_recalled_lines_not_texts() -> None:
+    messages = _chat_with_blocks(6)
+    fill = fill_start(messages, 5, ESTIMATOR, LEVELS, small_window=False)
+    assert fill.recalled_until == len(messages) - 2  # every block but the newest one's
+    pruned, stats = prune_before(messages, fill.start, False, fill.recalled_until)
+    blocks = [m["content"] for m in pruned if m["role"] == "system"][1:]
+    assert ["<recalled" in block for block in blocks] == [False] * 5 + [True]
+    texts = [m for m in pruned if m["role"] != "system"]
+    assert texts == [m for m in messages if m["role"] != "system"]
+    assert stats.texts_shortened == 5  # the five blocks
+
+
+def test_nothing_moves_while_the_request_fits() -> None:
+    messages = _chat_with_blocks(2)
+    assert fill_start(messages, 2, ESTIMATOR, LEVELS, True) == Fill()
+    pruned, stats = prune_before(messages, 0, True, 0)
+    assert pruned == messages and not stats.pruned
