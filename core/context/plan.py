@@ -333,7 +333,7 @@ class RequestPlanner:
             prune=int(plan.window * context.prune_threshold),
             compact=int(plan.window * context.compaction_threshold),
         )
-        previous = self.previous_fill(plan, head)
+        previous = self.previous_fill(plan, head, protect)
         if previous is not None and pending:
             fill = previous  # a follow-up request of the turn: its first request decided
         else:
@@ -344,10 +344,13 @@ class RequestPlanner:
         messages, stats = prune_before(head, fill.start, small, fill.recalled_until)
         return replace(plan, messages=messages + plan.messages[cut:], prune=stats, boundary=kept)
 
-    def previous_fill(self, plan: RequestPlan, head: Sequence[dict[str, Any]]) -> Fill | None:
+    def previous_fill(
+        self, plan: RequestPlan, head: Sequence[dict[str, Any]], protect_turns: int
+    ) -> Fill | None:
         """Where the chat's last request sent was pruned, if it was in this session and
-        its boundaries still start turns of `head` (after a compaction: only the kept
-        blocks' recalled lines dropped); None: `fill_start` replays them."""
+        its boundaries still start turns of `head` (after a compaction: moved to the
+        newest `protect_turns` turns and the newest block); None: `fill_start` replays
+        them."""
         if plan.boundary is None:
             return None
         kept = self.boundaries.get(plan.boundary.chat_id)
@@ -355,9 +358,12 @@ class RequestPlanner:
             return None
         if kept.session != plan.boundary.session:
             # Compacted since: this request is evaluated from the summary on anyway, so
-            # the kept blocks lose their recalled lines now, not at the next move.
+            # the kept part is pruned now (as a move would), not at the next move.
             users = [index for index, entry in enumerate(head) if entry.get("role") == "user"]
-            return Fill(0, with_its_block(head, users[-1])) if users else None
+            if not users:
+                return None
+            protected = users[max(0, len(users) - protect_turns)]
+            return Fill(with_its_block(head, protected), with_its_block(head, users[-1]))
         if all(starts_turn(head, index) for index in (kept.fill.start, kept.fill.recalled_until)):
             return kept.fill
         return None
