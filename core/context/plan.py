@@ -27,6 +27,7 @@ from core.context.pruning import (
     prune_before,
     prune_request,
     with_its_block,
+    without_recalled,
 )
 from core.context.request import (
     SHORT_PROMPT_TOKENS,
@@ -53,7 +54,7 @@ from core.model.profile import (
     window_for,
 )
 from core.model.tokens import TokenEstimator
-from core.storage.store import SessionStore, StoredMessage
+from core.storage.store import Session, SessionStore, StoredMessage
 from core.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -207,13 +208,15 @@ class RequestPlanner:
         contexts = tuple(message.context or "" for message in older)
         kept = newest[0].context if newest else None
         dynamic = kept
+        session = self.store.session(chat.id)
         if dynamic is None:
-            dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
+            in_view = self.contexts_in_view(chat, session, contexts, late_system)
+            dynamic = render_dynamic(unseen_sections(sections, shown_lines(in_view)))
         parts = RequestParts(
             prefix=static_prefix(
                 self.config, self.tools.names_for(chat), self.today(), short=short
             ),
-            summary=self.store.session(chat.id).summary,
+            summary=session.summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
             newest=[message_for_request(m, group, limit) for m in newest] + list(pending),
@@ -221,6 +224,26 @@ class RequestPlanner:
             contexts=contexts,
         )
         return parts, (newest[0].id, dynamic) if newest and kept is None else None
+
+    def contexts_in_view(
+        self, chat: Chat, session: Session, contexts: Sequence[str], late_system: bool
+    ) -> list[str]:
+        """`contexts` (the history's blocks) as the chat's requests show them now: a block
+        the pruned part reached (`PruneBoundary`) without its recalled lines, so a line it
+        showed can be recalled again; after a compaction, every kept block (the next
+        request prunes them all)."""
+        kept = self.boundaries.get(chat.id)
+        if kept is None or not late_system:  # inline blocks are never stripped
+            return list(contexts)
+        if kept.session != (session.compaction_count, session.started_at_message_id):
+            return [without_recalled(context) for context in contexts]
+        position = 2 if session.summary else 1  # the request's first block: after these
+        in_view: list[str] = []
+        for context in contexts:
+            pruned = bool(context) and position < kept.fill.recalled_until
+            in_view.append(without_recalled(context) if pruned else context)
+            position += 2 if context else 1
+        return in_view
 
     def offer(
         self, chat: Chat, parts: RequestParts, estimator: TokenEstimator, budget: int
