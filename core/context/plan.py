@@ -181,6 +181,10 @@ class RequestPlanner:
         """The model's context window and where the figure comes from."""
         return window_for(self.store, self.config.llm, self.model)
 
+    def usable(self) -> int:
+        """The usable window: the model's, without the answer's reserve."""
+        return effective_window(self.window().tokens, self.config.llm.max_output_tokens)
+
     def window_chars(self) -> int:
         """The usable window (without the answer's reserve) in characters, as estimated."""
         usable = effective_window(self.window().tokens, self.config.llm.max_output_tokens)
@@ -236,7 +240,8 @@ class RequestPlanner:
         if kept is None or not late_system:  # inline blocks are never stripped
             return list(contexts)
         if kept.session != (session.compaction_count, session.started_at_message_id):
-            return [without_recalled(context) for context in contexts]
+            small = self.usable() < SMALL_WINDOW_TOKENS  # only a small window strips them
+            return [without_recalled(context) if small else context for context in contexts]
         position = 2 if session.summary else 1  # the request's first block: after these
         in_view: list[str] = []
         for context in contexts:
@@ -385,8 +390,9 @@ class RequestPlanner:
             users = [index for index, entry in enumerate(head) if entry.get("role") == "user"]
             if not users:
                 return None
-            protected = users[max(0, len(users) - protect_turns)]
-            return Fill(with_its_block(head, protected), with_its_block(head, users[-1]))
+            protected = with_its_block(head, users[max(0, len(users) - protect_turns)])
+            small = plan.window < SMALL_WINDOW_TOKENS
+            return Fill(protected, with_its_block(head, users[-1]) if small else 0)
         if all(starts_turn(head, index) for index in (kept.fill.start, kept.fill.recalled_until)):
             return kept.fill
         return None

@@ -1,8 +1,8 @@
 """Request-time pruning: stub old tool results and drop old reasoning, in the request only.
 
 Works on copies of the request messages; the stored history is never touched. On a small
-window the old user and assistant texts are shortened to their head too. Old context
-blocks lose their `recalled` sections on every window.
+window the old user and assistant texts are shortened to their head too, and old context
+blocks lose their `recalled` sections.
 
 Where the pruned part ends (`fill_start`) moves once per fill of the window, not once per
 turn: the boundary stays where it was while the request with it fits, so each request
@@ -30,8 +30,9 @@ REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")
 
 CHAT_STUB_CHARS = 80
 # Sections of a context block that serve the turn they were built for: copies of earlier
-# messages the recall index found (`conversation_search` finds them again). A block before
-# the pruning boundary loses them, as old turns lose their texts; memories and notes stay.
+# messages the recall index found (`conversation_search` finds them again). On a small
+# window a block before the boundary loses them, as old turns lose their texts; memories
+# and notes stay.
 TRANSIENT_SECTIONS = ("recalled",)
 _TRANSIENT = re.compile(
     r"(?:\n\n)?<(" + "|".join(TRANSIENT_SECTIONS) + r")(?: [^>\n]*)?>\n.*?\n</\1>", re.S
@@ -131,9 +132,10 @@ def pruned_message(
     message: dict[str, Any], small_window: bool
 ) -> tuple[dict[str, Any] | None, list[int]]:
     """One message before the boundary as the request sends it (None: left out) and what
-    was pruned from it (as in `PruneStats`)."""
+    was pruned from it (as in `PruneStats`). A block loses its recalled lines on a small
+    window only: on a larger one they stay in view, where later questions find them."""
     if message.get("role") == "system":
-        return prune_block(message)
+        return prune_block(message) if small_window else (message, [0, 0, 0, 0])
     return prune_entry(message, small_window)
 
 
@@ -200,8 +202,9 @@ def fill_start(
 ) -> Fill:
     """Where the pruned parts of `messages` end. From the `previous` request's, the
     newest user message decides: they stay while the request fits `levels.prune`; past
-    it, they move (the turns before the newest `protect_turns` pruned, every older block
-    without its recalled lines) when that brings the request under `levels.low`, or when
+    it, they move (the turns before the newest `protect_turns` pruned, on a small window
+    every older block without its recalled lines) when that brings the request under
+    `levels.low`, or when
     the request passes `compact` and moving brings it under (moving is then the
     alternative to a compaction; when even that would not fit, nothing moves and the
     request compacts). So they move once per fill of the window, one prefix break. Without
@@ -219,7 +222,8 @@ def fill_start(
         if total <= levels.prune:
             continue
         protected = with_its_block(messages, users[max(0, number - protect_turns + 1)])
-        moved = Fill(max(fill.start, protected), with_its_block(messages, user))
+        recalled = with_its_block(messages, user) if small_window else 0
+        moved = Fill(max(fill.start, protected), recalled)
         if moved == fill:
             continue
         after = levels.fixed + sizes.tokens(moved, user + 1)

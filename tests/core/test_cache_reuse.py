@@ -51,7 +51,7 @@ def _chat(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
-def test_old_blocks_lose_their_recalled_lines_and_a_small_window_old_texts() -> None:
+def test_old_blocks_lose_their_recalled_lines_on_a_small_window() -> None:
     messages = _chat(3)
     messages.insert(4, _block(("recalled", "only recalled lines")))
     pruned, stats = prune_request(messages, 1, small_window=True)
@@ -61,9 +61,10 @@ def test_old_blocks_lose_their_recalled_lines_and_a_small_window_old_texts() -> 
     assert "<memories" in blocks[1] and "<recalled" not in blocks[1]
     assert blocks[2] == messages[-3]["content"]  # the protected turn keeps its whole block
     assert stats.texts_shortened == 4 + 3
-    large, stats = prune_request(messages, 1, small_window=False)
-    assert [m["content"] for m in large if m["role"] == "system"][1:] == blocks
-    assert stats.texts_shortened == 3  # the blocks; user and assistant texts stay whole
+    large, _ = prune_request(messages, 1, small_window=False)
+    assert [m for m in large if m["role"] == "system"] == [
+        m for m in messages if m["role"] == "system"
+    ]
 
 
 def _planner(config: Config) -> RequestPlanner:
@@ -103,7 +104,7 @@ def test_old_part_ends_before_the_first_kept_message_and_its_block() -> None:
     assert old_part(conversation, 7) == []
 
 
-@pytest.mark.parametrize("window", [1_900, 3_900, 12_000])
+@pytest.mark.parametrize("window", [1_900, 3_900])
 def test_the_pruned_part_changes_once_per_fill_so_each_request_starts_with_the_last(
     config: Config, window: int
 ) -> None:

@@ -226,16 +226,21 @@ def test_the_remembered_boundary_is_the_one_a_replay_finds() -> None:
         assert fill_start(messages, 2, ESTIMATOR, LEVELS, True) == remembered, turns
 
 
-def test_a_move_on_a_large_window_drops_older_blocks_recalled_lines_not_texts() -> None:
+def test_a_move_drops_older_blocks_recalled_lines_on_a_small_window_only() -> None:
+    """A small window's move shortens the old turns and drops the recalled lines of the
+    blocks before the newest turn's; a larger one keeps texts and recalled lines (later
+    questions find what earlier blocks recalled), so a chat without tool results or
+    reasoning has nothing to prune there and nothing moves."""
     messages = _chat_with_blocks(6)
-    fill = fill_start(messages, 5, ESTIMATOR, LEVELS, small_window=False)
-    assert fill.recalled_until == len(messages) - 2  # every block but the newest one's
-    pruned, stats = prune_before(messages, fill.start, False, fill.recalled_until)
-    blocks = [m["content"] for m in pruned if m["role"] == "system"][1:]
-    assert ["<recalled" in block for block in blocks] == [False] * 5 + [True]
-    texts = [m for m in pruned if m["role"] != "system"]
-    assert texts == [m for m in messages if m["role"] != "system"]
-    assert stats.texts_shortened == 5  # the five blocks
+    fill = fill_start(messages, 2, ESTIMATOR, LEVELS, small_window=True)
+    assert 0 < fill.start < fill.recalled_until
+    pruned, _ = prune_before(messages, fill.start, True, fill.recalled_until)
+    kept = [m["content"] for m in pruned if m["role"] == "system"][1:]
+    stripped = sum(1 for m in messages[: fill.recalled_until] if m["role"] == "system") - 1
+    assert ["<recalled" in block for block in kept] == [False] * stripped + [True] * (
+        len(kept) - stripped
+    )
+    assert fill_start(messages, 2, ESTIMATOR, LEVELS, small_window=False) == Fill()
 
 
 def test_nothing_moves_while_the_request_fits() -> None:
