@@ -27,7 +27,6 @@ from core.context.pruning import (
     prune_before,
     prune_request,
     with_its_block,
-    without_recalled,
 )
 from core.context.request import (
     SHORT_PROMPT_TOKENS,
@@ -54,7 +53,7 @@ from core.model.profile import (
     window_for,
 )
 from core.model.tokens import TokenEstimator
-from core.storage.store import Session, SessionStore, StoredMessage
+from core.storage.store import SessionStore, StoredMessage
 from core.tools.registry import ToolRegistry
 
 logger = logging.getLogger(__name__)
@@ -181,10 +180,6 @@ class RequestPlanner:
         """The model's context window and where the figure comes from."""
         return window_for(self.store, self.config.llm, self.model)
 
-    def usable(self) -> int:
-        """The usable window: the model's, without the answer's reserve."""
-        return effective_window(self.window().tokens, self.config.llm.max_output_tokens)
-
     def window_chars(self) -> int:
         """The usable window (without the answer's reserve) in characters, as estimated."""
         usable = effective_window(self.window().tokens, self.config.llm.max_output_tokens)
@@ -214,8 +209,7 @@ class RequestPlanner:
         dynamic = kept
         session = self.store.session(chat.id)
         if dynamic is None:
-            in_view = self.contexts_in_view(chat, session, contexts, late_system)
-            dynamic = render_dynamic(unseen_sections(sections, shown_lines(in_view)))
+            dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
         parts = RequestParts(
             prefix=static_prefix(
                 self.config, self.tools.names_for(chat), self.today(), short=short
@@ -228,27 +222,6 @@ class RequestPlanner:
             contexts=contexts,
         )
         return parts, (newest[0].id, dynamic) if newest and kept is None else None
-
-    def contexts_in_view(
-        self, chat: Chat, session: Session, contexts: Sequence[str], late_system: bool
-    ) -> list[str]:
-        """`contexts` (the history's blocks) as the chat's requests show them now: a block
-        the pruned part reached (`PruneBoundary`) without its recalled lines, so a line it
-        showed can be recalled again; after a compaction, every kept block (the next
-        request prunes them all)."""
-        kept = self.boundaries.get(chat.id)
-        if kept is None or not late_system:  # inline blocks are never stripped
-            return list(contexts)
-        if kept.session != (session.compaction_count, session.started_at_message_id):
-            small = self.usable() < SMALL_WINDOW_TOKENS  # only a small window strips them
-            return [without_recalled(context) if small else context for context in contexts]
-        position = 2 if session.summary else 1  # the request's first block: after these
-        in_view: list[str] = []
-        for context in contexts:
-            pruned = bool(context) and position < kept.fill.recalled_until
-            in_view.append(without_recalled(context) if pruned else context)
-            position += 2 if context else 1
-        return in_view
 
     def offer(
         self, chat: Chat, parts: RequestParts, estimator: TokenEstimator, budget: int

@@ -232,11 +232,6 @@ def fill_start(
     return fill
 
 
-def without_recalled(block: str) -> str:
-    """A rendered context block without its `TRANSIENT_SECTIONS`."""
-    return _TRANSIENT.sub("", block)
-
-
 def is_block(message: dict[str, Any]) -> bool:
     """Whether `message` is a context block (`core.context.request.render_dynamic`)."""
     content = message.get("content")
