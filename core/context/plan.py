@@ -248,8 +248,7 @@ class RequestPlanner:
         images: Sequence[int] = (),
         tools_scale: float = 1.0,
     ) -> RequestPlan:
-        """The next request, pruned when its estimate passes `prune_threshold`.
-
+        """The next request, pruned where its chat's pruned part ends (`pruned`);
         `protect_turns` forces pruning with that many protected user turns (emergency use).
         `images` are the planned tokens of each image the request will carry (its turn's).
         `tools_scale` shrinks the tools' budget (a retry after the server found it too long).
@@ -261,7 +260,6 @@ class RequestPlanner:
         usable = effective_window(window.tokens, config.llm.max_output_tokens)
         budget = section_budget(config, estimator.chars_per_token, usable)
         history = self.store.history(chat.id)
-        session = self.store.session(chat.id)
         _, newest = split_newest(history)
         message = newest[0].content if newest else ""
         budgeted = apply_budget(focus_sections(sections, message), budget)
@@ -286,11 +284,16 @@ class RequestPlanner:
             tool_offer=offer,
             images=len(images),
             image_tokens=sum(images),
-            boundary=PruneBoundary(
-                chat.id, (session.compaction_count, session.started_at_message_id), Fill()
-            ),
+            boundary=self.new_boundary(chat),
         )
         return self.fit_tools(chat, parts, self.pruned(plan, protect_turns, len(pending)))
+
+    def new_boundary(self, chat: Chat) -> PruneBoundary:
+        """Nothing pruned yet, in the chat's current session (`pruned` decides)."""
+        session = self.store.session(chat.id)
+        return PruneBoundary(
+            chat.id, (session.compaction_count, session.started_at_message_id), Fill()
+        )
 
     def fit_tools(self, chat: Chat, parts: RequestParts, plan: RequestPlan) -> RequestPlan:
         """The last guard: tools that would take the request past the window are offered
