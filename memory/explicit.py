@@ -23,6 +23,22 @@ def parse_explicit(text: str) -> str | None:
     return " ".join(text[match.end() :].split())
 
 
+def noted_reply(memory_id: int, updated: bool) -> str:
+    """What the chat answers to a stored `remember: …`."""
+    return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
+
+
+_NOTED = re.compile(r"^Noted\. \(memory #\d+(?:, updated)?\)$")
+_COMMAND = re.compile(r"^\s*(?:remember\s*:|memo\s*:|记住\s*[:：])", re.IGNORECASE)
+
+
+def is_memory_exchange(text: str) -> bool:
+    """Whether a chat message is a `remember: …` (the prefixes with a colon: "remember
+    that …" is also how people start a sentence) or its `noted_reply`: what it says is a
+    memory of its own (the memories section shows it), not something to recall."""
+    return _COMMAND.match(text) is not None or _NOTED.match(text.strip()) is not None
+
+
 def guess_category(fact: str) -> str:
     """PROFILE for facts about the speaker ("my …", "I …"), KNOWLEDGE otherwise."""
     return "PROFILE" if _FIRST_PERSON.search(fact) else "KNOWLEDGE"

@@ -28,7 +28,7 @@ from memory.chat_data import (
     memory_counts,
 )
 from memory.daily_notes import DailyNotes, today
-from memory.explicit import parse_explicit
+from memory.explicit import is_memory_exchange, noted_reply, parse_explicit
 from memory.files import FileMemory
 from memory.injection import max_injectable, memories_section, memory_cost, select_within_budget
 from memory.keeper import USAGE, EmbedderFactory, FactRefused, MemoryKeeper
@@ -173,7 +173,8 @@ class MemoryExtension(Extension):
     ) -> ContextSection | None:
         """Earlier messages out of the visible window that match the message: the recall
         budget plus what the memories left of theirs, within the room the request has for
-        dynamic sections (a read: the index is not updated)."""
+        dynamic sections (a read: the index is not updated). A `remember: …` and its
+        answer are left out: the memory they made is ranked with the memories."""
         own = self.config.memory.recall_token_budget
         if self.recaller is None or self.window_start is None or own <= 0:
             return None
@@ -181,7 +182,11 @@ class MemoryExtension(Extension):
         if self.recall_cap is not None:
             budget = min(budget, self.recall_cap())
         hits = self.recaller.recalled(
-            turn.chat.id, turn.query, self.window_start(turn.chat.id), budget
+            turn.chat.id,
+            turn.query,
+            self.window_start(turn.chat.id),
+            budget,
+            skip=lambda hit: is_memory_exchange(hit.content),
         )
         return recalled_section(hits)
 
@@ -207,7 +212,7 @@ class MemoryExtension(Extension):
         except FactRefused as exc:
             return f"Not stored: {exc.why}."
         await self.backend.upsert(turn.chat, memory_id)
-        return f"Noted. (memory #{memory_id}{', updated' if updated else ''})"
+        return noted_reply(memory_id, updated)
 
     async def memory_command(self, turn: TurnContext, args: str) -> str:
         memories = self.keeper.store.list(turn.chat.id)

@@ -194,10 +194,16 @@ class Recaller:
         return hits
 
     def recalled(
-        self, chat_id: int, text: str, up_to_id: int, budget: float, today: date | None = None
+        self,
+        chat_id: int,
+        text: str,
+        up_to_id: int,
+        budget: float,
+        today: date | None = None,
+        skip: Callable[[RecallHit], bool] | None = None,
     ) -> list[RecallHit]:
         """The best matches for `text` among messages up to `up_to_id` (out of the window)
-        that fit `budget` tokens, in time order."""
+        that fit `budget` tokens, in time order; none that `skip` refuses."""
         if budget <= 0 or up_to_id <= 0 or not text.strip():
             return []
         limit = max(1, int(budget // PER_HIT_OVERHEAD))
@@ -205,6 +211,8 @@ class Recaller:
         chosen: list[RecallHit] = []
         spent = 0.0
         for hit in self.search(chat_id, query):
+            if skip is not None and skip(hit):
+                continue
             if spent + hit_cost(hit) <= budget:
                 chosen.append(hit)
                 spent += hit_cost(hit)

@@ -18,7 +18,16 @@ from core.api import Chat, ContextSection
 from core.config import Config
 from core.context.budget import SectionMeta, apply_budget, section_budget
 from core.context.focus import focus_sections
-from core.context.pruning import PruneStats, prune_request
+from core.context.pruning import (
+    Fill,
+    FillLevels,
+    PruneStats,
+    fill_start,
+    is_block,
+    prune_before,
+    prune_request,
+    with_its_block,
+)
 from core.context.request import (
     SHORT_PROMPT_TOKENS,
     SMALL_WINDOW_TOKENS,
@@ -73,6 +82,27 @@ def pressure(tokens: int, window: int) -> str:
     return next((name for floor, name in PRESSURE_LEVELS if share >= floor), "low")
 
 
+def starts_turn(messages: Sequence[dict[str, Any]], index: int) -> bool:
+    """Whether `index` is 0 or a user message of `messages` (or the block just before one)."""
+    if index == 0:
+        return True
+    if index >= len(messages):
+        return False
+    if is_block(messages[index]):
+        index += 1
+    return index < len(messages) and messages[index].get("role") == "user"
+
+
+@dataclass(frozen=True)
+class PruneBoundary:
+    """Where a sent request's pruned parts ended (indexes in its unpruned messages), for
+    one chat's session (its compactions and start; a compaction makes a new session)."""
+
+    chat_id: int
+    session: tuple[int, int]
+    fill: Fill
+
+
 @dataclass(frozen=True)
 class RequestPlan:
     messages: list[dict[str, Any]]
@@ -90,6 +120,8 @@ class RequestPlan:
     tool_offer: ToolOffer | None = None  # what was offered, compacted or left out
     images: int = 0  # image parts the request will carry (attached when it is sent)
     image_tokens: int = 0  # what they cost the model, as planned (`core.chat.images`)
+    # where the pruned part ends, to remember once the request is sent (`RequestPlanner`)
+    boundary: PruneBoundary | None = None
 
     @cached_property
     def tokens(self) -> int:
@@ -135,6 +167,14 @@ class RequestPlanner:
     tools: ToolRegistry
     model: str
     today: Callable[[], date] = date.today
+    # per chat, the boundary of the last request sent (`keep_boundary`); a new process
+    # replays it from the history (`core.context.pruning.fill_start`)
+    boundaries: dict[int, PruneBoundary] = field(default_factory=dict, repr=False)
+
+    def keep_boundary(self, plan: RequestPlan) -> None:
+        """Remember where `plan`, just sent, pruned: the next request starts from there."""
+        if plan.boundary is not None:
+            self.boundaries[plan.boundary.chat_id] = plan.boundary
 
     def window(self) -> Window:
         """The model's context window and where the figure comes from."""
@@ -167,13 +207,14 @@ class RequestPlanner:
         contexts = tuple(message.context or "" for message in older)
         kept = newest[0].context if newest else None
         dynamic = kept
+        session = self.store.session(chat.id)
         if dynamic is None:
             dynamic = render_dynamic(unseen_sections(sections, shown_lines(contexts)))
         parts = RequestParts(
             prefix=static_prefix(
                 self.config, self.tools.names_for(chat), self.today(), short=short
             ),
-            summary=self.store.session(chat.id).summary,
+            summary=session.summary,
             history=[message_for_request(m, group, limit) for m in older],
             dynamic=dynamic,
             newest=[message_for_request(m, group, limit) for m in newest] + list(pending),
@@ -207,8 +248,7 @@ class RequestPlanner:
         images: Sequence[int] = (),
         tools_scale: float = 1.0,
     ) -> RequestPlan:
-        """The next request, pruned when its estimate passes `prune_threshold`.
-
+        """The next request, pruned where its chat's pruned part ends (`pruned`);
         `protect_turns` forces pruning with that many protected user turns (emergency use).
         `images` are the planned tokens of each image the request will carry (its turn's).
         `tools_scale` shrinks the tools' budget (a retry after the server found it too long).
@@ -244,8 +284,16 @@ class RequestPlanner:
             tool_offer=offer,
             images=len(images),
             image_tokens=sum(images),
+            boundary=self.new_boundary(chat),
         )
         return self.fit_tools(chat, parts, self.pruned(plan, protect_turns, len(pending)))
+
+    def new_boundary(self, chat: Chat) -> PruneBoundary:
+        """Nothing pruned yet, in the chat's current session (`pruned` decides)."""
+        session = self.store.session(chat.id)
+        return PruneBoundary(
+            chat.id, (session.compaction_count, session.started_at_message_id), Fill()
+        )
 
     def fit_tools(self, chat: Chat, parts: RequestParts, plan: RequestPlan) -> RequestPlan:
         """The last guard: tools that would take the request past the window are offered
@@ -264,21 +312,63 @@ class RequestPlanner:
         return replace(plan, tools=offer.schemas or None, tool_offer=offer)
 
     def pruned(self, plan: RequestPlan, protect_turns: int | None, pending: int = 0) -> RequestPlan:
-        """`plan` pruned when its estimate passes `prune_threshold` (or `protect_turns` is
-        given); a small window also shortens old turns, and protects fewer. Below a usable
-        window of `SHORT_PROMPT_TOKENS` every request is pruned: the pruned form is then the
-        only one, and no turn switches all old turns to it at once. The last
+        """`plan` pruned where `fill_start` says, from where the chat's last request sent
+        was (`keep_boundary`): the boundaries move once per fill of the window, so the
+        pruned part stays byte-identical between moves and a server's KV cache serves it;
+        or before the last `protect_turns` turns when that is given (emergency use, not
+        remembered). A small window also shortens old turns, and protects fewer. The last
         `pending` messages (this turn's own) are never pruned, nor counted as turns: the
-        "continue your cut reply" request must not shorten the message being answered."""
+        "continue your cut reply" request must not shorten the message being answered,
+        and a follow-up request prunes as its turn's first did."""
         small = plan.window < SMALL_WINDOW_TOKENS
         cut = len(plan.messages) - pending
-        # A switch to the pruned form would re-evaluate every old turn on a caching server.
-        always = plan.window < SHORT_PROMPT_TOKENS
-        if protect_turns is None:
-            if plan.share <= self.config.context.prune_threshold and not always:
-                return plan
-            protect_turns = self.config.context.protect_turns
-            if small:
-                protect_turns = min(protect_turns, small_window_protect_turns(plan.window))
-        messages, stats = prune_request(plan.messages[:cut], protect_turns, small_window=small)
-        return replace(plan, messages=messages + plan.messages[cut:], prune=stats)
+        if protect_turns is not None:  # not remembered: the next request starts as before
+            messages, stats = prune_request(plan.messages[:cut], protect_turns, small_window=small)
+            return replace(
+                plan, messages=messages + plan.messages[cut:], prune=stats, boundary=None
+            )
+        context = self.config.context
+        protect = context.protect_turns
+        if small:
+            protect = min(protect, small_window_protect_turns(plan.window))
+        head = plan.messages[:cut]
+        levels = FillLevels(
+            fixed=plan.tokens - plan.estimator.request(plan.messages),  # tools and images
+            prune=int(plan.window * context.prune_threshold),
+            compact=int(plan.window * context.compaction_threshold),
+        )
+        previous = self.previous_fill(plan, head, protect)
+        if previous is not None and pending:
+            fill = previous  # a follow-up request of the turn: its first request decided
+        else:
+            fill = fill_start(head, protect, plan.estimator, levels, small, previous)
+        kept = replace(plan.boundary, fill=fill) if plan.boundary is not None else None
+        if fill == Fill():
+            return replace(plan, boundary=kept)
+        messages, stats = prune_before(head, fill.start, small, fill.recalled_until)
+        return replace(plan, messages=messages + plan.messages[cut:], prune=stats, boundary=kept)
+
+    def previous_fill(
+        self, plan: RequestPlan, head: Sequence[dict[str, Any]], protect_turns: int
+    ) -> Fill | None:
+        """Where the chat's last request sent was pruned, if it was in this session and
+        its boundaries still start turns of `head` (after a compaction: moved to the
+        newest `protect_turns` turns and the newest block); None: `fill_start` replays
+        them."""
+        if plan.boundary is None:
+            return None
+        kept = self.boundaries.get(plan.boundary.chat_id)
+        if kept is None:
+            return None
+        if kept.session != plan.boundary.session:
+            # Compacted since: this request is evaluated from the summary on anyway, so
+            # the kept part is pruned now (as a move would), not at the next move.
+            users = [index for index, entry in enumerate(head) if entry.get("role") == "user"]
+            if not users:
+                return None
+            protected = with_its_block(head, users[max(0, len(users) - protect_turns)])
+            small = plan.window < SMALL_WINDOW_TOKENS
+            return Fill(protected, with_its_block(head, users[-1]) if small else 0)
+        if all(starts_turn(head, index) for index in (kept.fill.start, kept.fill.recalled_until)):
+            return kept.fill
+        return None

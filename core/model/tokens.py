@@ -234,6 +234,17 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return [rows[i][size] / rows[i][i] if rows[i][i] else 0.0 for i in range(size)]
 
 
+def fit_error(samples: Sequence[ToolSample], chars_per_token: float, per_system: bool) -> float:
+    """The squared error of `fit_tool_cost` over `samples` (prompt tokens)."""
+    per_message_char, fixed, per_char = fit_tool_cost(samples, chars_per_token, per_system)
+    error = 0.0
+    for s in samples:
+        copies = max(1, s.systems) if per_system else 1
+        fitted = s.message_chars * per_message_char + copies * (fixed + per_char * s.schema_chars)
+        error += (s.prompt_tokens - overhead_tokens(s.messages) - fitted) ** 2
+    return error
+
+
 def fit_tool_cost(
     samples: Sequence[ToolSample], chars_per_token: float, per_system: bool = False
 ) -> tuple[float, float, float]:
@@ -269,8 +280,15 @@ def fit_tool_cost(
 def next_tool_cost(
     current: ToolCost, sample: ToolSample, per_system: bool | None, chars_per_token: float
 ) -> ToolCost:
-    """`current` refitted with one more request (and what it showed about copies)."""
+    """`current` refitted with one more request (and what it showed about copies). A
+    reading that the tools are written once per system message (or once) overturns what
+    was learned only if it fits the kept requests better: one request whose tools cost
+    more than the fit says (a bigger offer) is not a template that repeats them."""
     samples = (*current.samples, sample)[-TOOLS_SAMPLES:]
     repeated = current.per_system if per_system is None else per_system
+    if repeated != current.per_system and len(samples) > 1:
+        now = fit_error(samples, chars_per_token, current.per_system)
+        if fit_error(samples, chars_per_token, repeated) >= now:
+            repeated = current.per_system
     _, fixed, per_char = fit_tool_cost(samples, chars_per_token, repeated)
     return ToolCost(round(fixed, 1), round(per_char, 5), repeated, samples)

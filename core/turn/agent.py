@@ -483,6 +483,7 @@ class Agent:
             completion = await self._send(turn, plan, messages)
         if plan.context_to_keep is not None:
             self.store.keep_context(*plan.context_to_keep)
+        self.planner.keep_boundary(plan)
         if messages is not plan.messages or len(completion.tool_calls) > 1:
             # An image's tokens would skew the text estimate's calibration; llama-cpp-python
             # reports, for several tool calls, the sum of the prompts it ran for each.

@@ -14,8 +14,8 @@ from bots.runtime import Runtime
 from core.api import ContextSection, Inbound
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply
 from core.config import Config
-from core.context.plan import RequestPlan, RequestPlanner
-from core.context.pruning import prune_request
+from core.context.plan import PruneBoundary, RequestPlan, RequestPlanner
+from core.context.pruning import Fill, prune_request
 from core.context.request import render_dynamic
 from core.context.summary import SummaryBudget, is_summary_request, old_part, summarise
 from core.model.tokens import TokenEstimator, ToolCost
@@ -72,7 +72,9 @@ def _planner(config: Config) -> RequestPlanner:
 
 
 def _plan(messages: list[dict[str, Any]], window: int) -> RequestPlan:
-    return RequestPlan(messages, None, [], ESTIMATOR, window, {})
+    return RequestPlan(
+        messages, None, [], ESTIMATOR, window, {}, boundary=PruneBoundary(1, (0, 0), Fill())
+    )
 
 
 def test_a_continuation_prunes_the_history_as_its_turn_did_and_keeps_the_question(
@@ -102,21 +104,30 @@ def test_old_part_ends_before_the_first_kept_message_and_its_block() -> None:
     assert old_part(conversation, 7) == []
 
 
-def test_a_small_window_prunes_from_the_start_so_a_turn_changes_only_the_last_one(
-    config: Config,
+@pytest.mark.parametrize("window", [1_900, 3_900])
+def test_the_pruned_part_changes_once_per_fill_so_each_request_starts_with_the_last(
+    config: Config, window: int
 ) -> None:
-    """Below a 2,048-token usable window the pruned form is the only one: no turn switches
-    every old turn to it at once (a server would evaluate them all again)."""
+    """Between moves of the boundary a request starts with the whole previous one; a
+    move (a prefix break) comes only when the request would pass the prune level, and
+    it makes room for several turns."""
     planner = _planner(config)
     previous: list[dict[str, Any]] = []
-    for turns in range(1, 9):
+    moves: list[int] = []
+    for turns in range(1, 60):
         messages = _chat(turns) + [_block(("memories", "new")), {"role": "user", "content": "q"}]
-        plan = planner.pruned(_plan(messages, 1_900), None)
+        plan = planner.pruned(_plan(messages, window), None)
+        if plan.tokens > window * config.context.compaction_threshold:
+            break  # the request compacts here
         kept = max(0, len(previous) - 2)  # all but the previous turn's block and question
-        assert plan.messages[:kept] == previous[:kept], f"turn {turns} changed older turns"
+        if plan.messages[:kept] != previous[:kept]:
+            moves.append(turns)
+        planner.keep_boundary(plan)  # sent
         previous = plan.messages
-    assert _plan(messages, 1_900).share > config.context.prune_threshold  # crossed it
-    assert planner.pruned(_plan(_chat(1), 1_900), None).prune.texts_shortened == 0
+    assert moves, "the boundary never moved"
+    assert len(moves) < 2 or moves[1] - moves[0] >= 3, moves  # a fill between them
+    assert len(moves) <= 1 + turns // 3, moves  # steps of turns would move every other turn
+    assert turns > 6  # the moves made room for more turns than the window holds whole
 
 
 @pytest.mark.parametrize("prompt_tokens", [1_000, 10_000])

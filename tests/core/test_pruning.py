@@ -10,11 +10,20 @@ from typing import Any
 import pytest
 
 from bots.runtime import Runtime
-from core.api import Extension, Inbound, Tool, TurnContext
+from core.api import ContextSection, Extension, Inbound, Tool, TurnContext
 from core.bench.fakes.fake_openai import FakeOpenAIServer, FakeReply, tool_call
 from core.chat.files import chat_dir, chat_prefix, safe_path_part
 from core.config import Config
-from core.context.pruning import protected_start, prune_request
+from core.context.pruning import (
+    Fill,
+    FillLevels,
+    fill_start,
+    protected_start,
+    prune_before,
+    prune_request,
+)
+from core.context.request import render_dynamic
+from core.model.tokens import TokenEstimator
 from tests.core.support import light_runtime
 
 
@@ -114,15 +123,16 @@ async def test_pruning_changes_requests_but_never_the_stored_history(
     config.context.protect_turns = 2
     config.context.compaction_threshold = 0.95
     runtime.extensions.add(ReportTool(2_400))
-    _script_tool_turns(fake_llm, 6)
-    for n in range(6):
+    _script_tool_turns(fake_llm, 12)
+    for n in range(12):
         await runtime.agent.handle(Inbound("terminal", "p", f"report {n} please"))
     last = fake_llm.requests[-1]["messages"]
-    stubs = [m for m in last if m["role"] == "tool" and "[pruned:" in m["content"]]
-    full = [m for m in last if m["role"] == "tool" and "[pruned:" not in m["content"]]
-    assert len(stubs) == 4 and len(full) == 2
+    pruned = ["[pruned:" in m["content"] for m in last if m["role"] == "tool"]
+    assert len(pruned) == 12 and pruned[0]  # the oldest result is a stub ...
+    assert pruned == sorted(pruned, reverse=True)  # ... the stubs are the oldest ones
+    assert not any(pruned[-3:])  # the protected turns' (and this turn's) are whole
     stored = [m.content for m in runtime.store.messages_between(1, 0, 999) if m.role == "tool"]
-    assert len(stored) == 6
+    assert len(stored) == 12
     assert all(len(content) >= 2_400 and "[pruned" not in content for content in stored)
 
 
@@ -185,3 +195,56 @@ def test_chat_dir_encoding_matches_file_memory(tmp_path: Path) -> None:
         assert part == safe_segment(text)
         assert "/" not in part and "\\" not in part and "." not in part
     assert unquote(safe_path_part("-100123:42")) == "-100123:42"
+
+
+def _chat_with_blocks(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "prefix"}]
+    for n in range(turns):
+        block = render_dynamic(
+            [
+                ContextSection("memories", "m", f"fact {n}"),
+                ContextSection("recalled", "r", "x" * 400),
+            ]
+        )
+        messages.append({"role": "system", "content": block})
+        messages.append({"role": "user", "content": f"question {n} " + "u" * 300})
+        messages.append({"role": "assistant", "content": f"answer {n} " + "a" * 300})
+    return messages[:-1]  # the newest question is being answered
+
+
+LEVELS = FillLevels(fixed=0, prune=1_200, compact=1_500)
+ESTIMATOR = TokenEstimator(4.0)
+
+
+def test_the_remembered_boundary_is_the_one_a_replay_finds() -> None:
+    """A new process replays the boundaries from the history alone and finds where the
+    last request sent had them, so its first request still starts with that one."""
+    remembered: Fill | None = None
+    for turns in range(1, 40):
+        messages = _chat_with_blocks(turns)
+        remembered = fill_start(messages, 2, ESTIMATOR, LEVELS, True, remembered)
+        assert fill_start(messages, 2, ESTIMATOR, LEVELS, True) == remembered, turns
+
+
+def test_a_move_drops_older_blocks_recalled_lines_on_a_small_window_only() -> None:
+    """A small window's move shortens the old turns and drops the recalled lines of the
+    blocks before the newest turn's; a larger one keeps texts and recalled lines (later
+    questions find what earlier blocks recalled), so a chat without tool results or
+    reasoning has nothing to prune there and nothing moves."""
+    messages = _chat_with_blocks(6)
+    fill = fill_start(messages, 2, ESTIMATOR, LEVELS, small_window=True)
+    assert 0 < fill.start < fill.recalled_until
+    pruned, _ = prune_before(messages, fill.start, True, fill.recalled_until)
+    kept = [m["content"] for m in pruned if m["role"] == "system"][1:]
+    stripped = sum(1 for m in messages[: fill.recalled_until] if m["role"] == "system") - 1
+    assert ["<recalled" in block for block in kept] == [False] * stripped + [True] * (
+        len(kept) - stripped
+    )
+    assert fill_start(messages, 2, ESTIMATOR, LEVELS, small_window=False) == Fill()
+
+
+def test_nothing_moves_while_the_request_fits() -> None:
+    messages = _chat_with_blocks(2)
+    assert fill_start(messages, 2, ESTIMATOR, LEVELS, True) == Fill()
+    pruned, stats = prune_before(messages, 0, True, 0)
+    assert pruned == messages and not stats.pruned

@@ -26,6 +26,7 @@ from core.model.tokens import (
     ToolSample,
     copies_reading,
     fit_tool_cost,
+    next_tool_cost,
     overhead_tokens,
 )
 from tests.conftest import make_config
@@ -176,6 +177,26 @@ def test_fit_tool_cost_with_one_offer_gets_its_total_right() -> None:
     per_message_char, fixed, per_char = fit_tool_cost(_samples(0.4, 0.0, 0.4, [700]), 2.5)
     assert per_message_char == pytest.approx(0.4, rel=0.02)
     assert fixed + per_char * 700 == pytest.approx(280, rel=0.03)
+
+
+def test_one_reading_of_copies_does_not_overturn_what_the_requests_fit() -> None:
+    """A request whose tools cost more than the fit said (a bigger offer, once) reads as
+    if a template repeated them per system message; the kept requests, written once,
+    fit better as they are, so nothing flips (a flip made every later request carry one
+    system message). A template that does repeat them shows it in every request."""
+    once = _samples(0.25, 150.0, 0.25, [700, 2600])
+    cost = ToolCost(150.0, 0.25, False, tuple(once))
+    outlier = ToolSample(3_000, 12, 7_000, 2, round(750 + 150 + 0.25 * 7_000))
+    assert next_tool_cost(cost, outlier, True, 4.0).per_system is False
+    repeated = [
+        s._replace(
+            systems=2 + index % 3,
+            prompt_tokens=s.prompt_tokens + (1 + index % 3) * round(150 + 0.25 * s.schema_chars),
+        )
+        for index, s in enumerate(once)
+    ]
+    cost = ToolCost(150.0, 0.25, False, tuple(repeated[:-1]))
+    assert next_tool_cost(cost, repeated[-1], True, 4.0).per_system is True
 
 
 def test_copies_reading() -> None:

@@ -133,6 +133,26 @@ async def test_compacted_messages_come_back_recalled_with_their_date(
     assert context is not None and "recalled" in context.text
 
 
+async def test_a_remember_exchange_is_not_recalled_its_memory_is_shown(
+    runtime: Runtime, fake_llm: FakeOpenAIServer
+) -> None:
+    """`remember: …` and its "Noted." are a memory of their own: the memories section shows
+    it, so the recalled section does not spend its budget repeating them."""
+    fake_llm.responder = summaries_and_echo
+    await runtime.agent.handle(inbound("remember: our trattoria is Trattoria Sole"))
+    await runtime.agent.handle(inbound("we ate at Trattoria Sole last night"))
+    for number in range(8):
+        weather = f"filler message {number} about the weather. " + "It rains, then not. " * 80
+        await runtime.agent.handle(inbound(weather))
+    await runtime.agent.handle(inbound("/compact"))
+    await runtime.agent.handle(inbound("which trattoria did we eat at?"))
+    block = recalled_block(fake_llm.requests[-1])
+    assert "we ate at Trattoria Sole last night" in block
+    assert "remember:" not in block and "Noted." not in block
+    text = "\n".join(str(m.get("content")) for m in fake_llm.requests[-1]["messages"])
+    assert "our trattoria is Trattoria Sole" in text.split("<recalled", 1)[0]  # a memory
+
+
 async def test_conversation_search_finds_old_messages_by_day(
     runtime: Runtime, fake_llm: FakeOpenAIServer
 ) -> None:
