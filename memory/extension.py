@@ -70,6 +70,7 @@ class MemoryExtension(Extension):
         self.window_start = window_start
         self.section_room: Callable[[], int] | None = None  # tokens for dynamic sections
         self.recall_cap: Callable[[], float] | None = None  # tokens recall may take at most
+        self.recall_floor: Callable[[], float] | None = None  # share of the best hit's score
 
     async def start(self) -> None:
         """Load the embedding model before the first message (not on it)."""
@@ -174,7 +175,8 @@ class MemoryExtension(Extension):
         """Earlier messages out of the visible window that match the message: the recall
         budget plus what the memories left of theirs, within the room the request has for
         dynamic sections (a read: the index is not updated). A `remember: …` and its
-        answer are left out: the memory they made is ranked with the memories."""
+        answer are left out: the memory they made is ranked with the memories. On a small
+        window, lines scored far below the best one (`recall_floor`) are left out too."""
         own = self.config.memory.recall_token_budget
         if self.recaller is None or self.window_start is None or own <= 0:
             return None
@@ -187,6 +189,7 @@ class MemoryExtension(Extension):
             self.window_start(turn.chat.id),
             budget,
             skip=lambda hit: is_memory_exchange(hit.content),
+            floor=self.recall_floor() if self.recall_floor is not None else 0.0,
         )
         return recalled_section(hits)
 

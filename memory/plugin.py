@@ -49,6 +49,7 @@ def extension(host: Host) -> Extension:
     extension.window_start = window_start
     extension.section_room = partial(dynamic_room, host.config, host.planner)
     extension.recall_cap = partial(recall_cap, host.config, host.planner)
+    extension.recall_floor = partial(recall_floor, host.config, host.planner)
     return extension
 
 
@@ -93,3 +94,19 @@ def recall_cap(config: Config, planner: RequestPlanner) -> float:
         if usable < below:
             return usable * share
     return float("inf")
+
+
+SMALL_WINDOW_RECALL_FLOOR = 0.75  # of the best hit's score, under the last RECALL_SHARES size
+# (a same-day neighbour lent 0.7 of a hit's score, `memory.second_stage.NEIGHBOUR_SHARE`, is
+# shown only if it matches on its own; issue 31: bench kv 0.881 -> 0.893, 0.904 with said-once)
+
+
+def recall_floor(config: Config, planner: RequestPlanner) -> float:
+    """The least score, as a share of the best match's, a recalled line needs: on a usable
+    window under 4,096 tokens, where every recalled line is new text the next requests
+    carry and the window fills in a few turns, only lines near the best match are shown;
+    on larger windows every match that fits the budget (0)."""
+    from core.model.profile import effective_window
+
+    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    return SMALL_WINDOW_RECALL_FLOOR if usable < RECALL_SHARES[-1][0] else 0.0

@@ -70,6 +70,11 @@ def hit_cost(hit: RecallHit) -> float:
     return min(len(hit.content), MAX_HIT_CHARS) / 4 + PER_HIT_OVERHEAD
 
 
+def said_line(hit: RecallHit) -> tuple[str, str]:
+    """Who said what, case and spacing aside: the same line said again shows once."""
+    return hit.speaker.casefold(), " ".join(hit.content.split()).casefold()
+
+
 def pack_vectors(vectors: Sequence[Sequence[float]]) -> list[bytes | None]:
     return [np.asarray(vector, dtype=np.float32).tobytes() for vector in vectors]
 
@@ -201,20 +206,27 @@ class Recaller:
         budget: float,
         today: date | None = None,
         skip: Callable[[RecallHit], bool] | None = None,
+        floor: float = 0.0,
     ) -> list[RecallHit]:
         """The best matches for `text` among messages up to `up_to_id` (out of the window)
-        that fit `budget` tokens, in time order; none that `skip` refuses."""
+        that fit `budget` tokens, in time order; none that `skip` refuses, none scored
+        below `floor` times the best match's score (0: every match that fits), and a line
+        said again word for word once only (its best-ranked saying)."""
         if budget <= 0 or up_to_id <= 0 or not text.strip():
             return []
         limit = max(1, int(budget // PER_HIT_OVERHEAD))
         query = RecallQuery(text, min(limit, MAX_RECALLED), up_to_id=up_to_id, today=today)
+        hits = [h for h in self.search(chat_id, query) if skip is None or not skip(h)]
+        lowest = floor * max((hit.score for hit in hits), default=0.0)
         chosen: list[RecallHit] = []
+        said: set[tuple[str, str]] = set()
         spent = 0.0
-        for hit in self.search(chat_id, query):
-            if skip is not None and skip(hit):
+        for hit in hits:
+            if hit.score < lowest or said_line(hit) in said:
                 continue
             if spent + hit_cost(hit) <= budget:
                 chosen.append(hit)
+                said.add(said_line(hit))
                 spent += hit_cost(hit)
         return sorted(chosen, key=lambda hit: hit.message_id)
 
