@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-_PREFIX = re.compile(
-    r"^\s*(?:remember\s*:|remember\s+that\b|memo\s*:|记住\s*[:：])\s*", re.IGNORECASE
-)
+_COLON_PREFIXES = r"remember\s*:|memo\s*:|记住\s*[:：]"  # also what `is_memory_exchange` sees
+_PREFIX = re.compile(rf"^\s*(?:{_COLON_PREFIXES}|remember\s+that\b)\s*", re.IGNORECASE)
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|my|me|mine|myself)\b|我", re.IGNORECASE)
 DUPLICATE_JACCARD = 0.55
 EXPLICIT_CONFIDENCE = 0.95
@@ -29,7 +28,7 @@ def noted_reply(memory_id: int, updated: bool) -> str:
 
 
 _NOTED = re.compile(r"^Noted\. \(memory #\d+(?:, updated)?\)$")
-_COMMAND = re.compile(r"^\s*(?:remember\s*:|memo\s*:|记住\s*[:：])", re.IGNORECASE)
+_COMMAND = re.compile(rf"^\s*(?:{_COLON_PREFIXES})", re.IGNORECASE)
 
 
 def is_memory_exchange(text: str) -> bool:

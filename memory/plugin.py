@@ -69,12 +69,18 @@ def memory_server(host: Host) -> Callable[[], McpServer | None]:
     return lookup
 
 
+def usable_window(config: Config, planner: RequestPlanner) -> int:
+    """The model's window less the room kept for its answer (`effective_window`)."""
+    from core.model.profile import effective_window
+
+    return effective_window(planner.window().tokens, config.llm.max_output_tokens)
+
+
 def dynamic_room(config: Config, planner: RequestPlanner) -> int:
     """Tokens the next request's dynamic sections may take together (`core.context.budget`)."""
     from core.context.budget import section_budget
-    from core.model.profile import effective_window
 
-    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    usable = usable_window(config, planner)
     budget = section_budget(config, config.context.chars_per_token, usable)
     return min(budget.total_chars, budget.section_chars) // 4
 
@@ -87,9 +93,7 @@ def recall_cap(config: Config, planner: RequestPlanner) -> float:
     """The most tokens the recalled section may take: a small share of a small usable window
     (`RECALL_SHARES`), so that recalled messages do not crowd out the conversation itself;
     no cap of its own on a usable window of 4,096 tokens or more."""
-    from core.model.profile import effective_window
-
-    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    usable = usable_window(config, planner)
     for below, share in RECALL_SHARES:
         if usable < below:
             return usable * share
@@ -106,7 +110,5 @@ def recall_floor(config: Config, planner: RequestPlanner) -> float:
     window under 4,096 tokens, where every recalled line is new text the next requests
     carry and the window fills in a few turns, only lines near the best match are shown;
     on larger windows every match that fits the budget (0)."""
-    from core.model.profile import effective_window
-
-    usable = effective_window(planner.window().tokens, config.llm.max_output_tokens)
+    usable = usable_window(config, planner)
     return SMALL_WINDOW_RECALL_FLOOR if usable < RECALL_SHARES[-1][0] else 0.0
